@@ -59,6 +59,7 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
       attention="auto",  # dense | chunked | cudnn | linear | block_sparse | auto
       attention_chunk=512,  # query/key block size for chunked and block_sparse
       window=0,  # sliding-window size; 0 means unlimited
+      qk_scale=0.0,  # multiplies q.k; 0 means 1/sqrt(head_dim) (T5 folds it into init: 1.0)
       dropout_rate=0.0,
       attention_dropout_rate=0.0,
       tie_embeddings=True,

@@ -1,0 +1,382 @@
+"""Attention: masks, projections and interchangeable implementations (a registry).
+
+  scores_BKGLS = q . k / sqrt(H) + positional bias, masked; weights = softmax(scores); out = weights . v
+
+Queries have N heads, keys and values K heads (N = K * G): MHA is K = N, MQA is K = 1, GQA
+anything between. Every implementation takes the same arguments and must agree with `dense`
+(the reference, softmax in float32) or refuse a feature it cannot honour with a clear error.
+"""
+
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import struct
+
+from transformer.positions import AttentionTerms
+
+
+@struct.dataclass
+class Layout:
+  """Per-position facts that decide which key each query may see.
+
+  Kept per position (not as an L x S mask) so blockwise implementations build only the
+  block they need. segment 0 marks padding; tokens of different segments (documents packed
+  into one row) never see each other. `idx` is the index in the sequence (causality and the
+  window), `pos` the position the positional scheme sees (restarts in each packed document).
+  """
+  q_seg_BL: jax.Array
+  k_seg_BS: jax.Array
+  q_idx_BL: jax.Array
+  k_idx_BS: jax.Array
+  q_pos_BL: jax.Array
+  k_pos_BS: jax.Array
+  k_prefix_BS: jax.Array | None = None  # prefix-LM: keys every query of the segment may see
+  causal: bool = struct.field(pytree_node=False, default=False)
+  window: int = struct.field(pytree_node=False, default=0)
+
+  def mask(self) -> jax.Array:
+    """bool [B, 1, L, S]: True where query l may attend to key s."""
+    q_seg, k_seg = self.q_seg_BL[:, :, None], self.k_seg_BS[:, None, :]
+    allowed = (q_seg == k_seg) & (k_seg != 0)
+    offset = self.q_idx_BL[:, :, None] - self.k_idx_BS[:, None, :]
+    if self.causal:
+      visible = offset >= 0
+      if self.k_prefix_BS is not None:
+        visible |= self.k_prefix_BS[:, None, :]
+      allowed &= visible
+    if self.window:
+      allowed &= jnp.abs(offset) < self.window
+    return allowed[:, None]
+
+  def slice(self, q: slice | None = None, k: slice | None = None) -> "Layout":
+    """The layout of a block of queries and/or keys (static slices)."""
+    out = self
+    if q is not None:
+      out = out.replace(q_seg_BL=out.q_seg_BL[:, q], q_idx_BL=out.q_idx_BL[:, q],
+                        q_pos_BL=out.q_pos_BL[:, q])
+    if k is not None:
+      out = out.replace(k_seg_BS=out.k_seg_BS[:, k], k_idx_BS=out.k_idx_BS[:, k],
+                        k_pos_BS=out.k_pos_BS[:, k],
+                        k_prefix_BS=None if out.k_prefix_BS is None else out.k_prefix_BS[:, k])
+    return out
+
+
+def make_layout(q_len: int, k_len: int, *, batch: int, q_segments=None, k_segments=None,
+                q_positions=None, k_positions=None, prefix=None, causal=False, window=0,
+                q_offset=0) -> Layout:
+  """A Layout with defaults: one segment, positions = indices. q_offset shifts query indices
+  (a decoding step's queries sit after the cached keys)."""
+  def default(x, n, fill):
+    return jnp.broadcast_to(fill(n), (batch, n)) if x is None else x.astype(jnp.int32)
+
+  q_idx = jnp.broadcast_to(jnp.arange(q_len, dtype=jnp.int32) + q_offset, (batch, q_len))
+  k_idx = jnp.broadcast_to(jnp.arange(k_len, dtype=jnp.int32), (batch, k_len))
+  ones = lambda n: jnp.ones((n,), jnp.int32)
+  return Layout(
+      q_seg_BL=default(q_segments, q_len, ones), k_seg_BS=default(k_segments, k_len, ones),
+      q_idx_BL=q_idx, k_idx_BS=k_idx,
+      q_pos_BL=q_idx if q_positions is None else q_positions.astype(jnp.int32),
+      k_pos_BS=k_idx if k_positions is None else k_positions.astype(jnp.int32),
+      k_prefix_BS=prefix, causal=causal, window=window)
+
+
+# ---------------------------------------------------------------------------------------------
+# Implementations: fn(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg) -> out_BLNH
+
+def _group(q_BLNH, num_kv_heads):
+  B, L, N, H = q_BLNH.shape
+  return q_BLNH.reshape(B, L, num_kv_heads, N // num_kv_heads, H)
+
+
+def _scores(q_BLKGH, k_BSKH, layout, terms, scale):
+  scores = jnp.einsum("blkgh,bskh->bkgls", q_BLKGH, k_BSKH,
+                      preferred_element_type=jnp.float32) * scale
+  bias_BNLS = terms.bias(layout.q_pos_BL, layout.k_pos_BS)
+  if bias_BNLS is not None:
+    B, K, G, L, S = scores.shape
+    scores = scores + bias_BNLS.reshape(B, K, G, L, S)
+  return scores
+
+
+def masked_softmax(scores, mask):
+  """softmax over the last axis where mask is True; rows with no allowed key give zeros."""
+  row_max = jnp.max(jnp.where(mask, scores, -jnp.inf), axis=-1, keepdims=True)
+  row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
+  e = jnp.where(mask, jnp.exp(scores - row_max), 0.0)
+  denom = jnp.sum(e, axis=-1, keepdims=True)
+  return e / jnp.where(denom == 0, 1.0, denom)
+
+
+def dense_weights(q_BLNH, k_BSKH, layout, terms, *, scale):
+  """Attention weights [B, N, L, S] in float32 (for the reference and for inspection)."""
+  K = k_BSKH.shape[2]
+  scores = _scores(_group(q_BLNH, K), k_BSKH, layout, terms, scale)
+  weights = masked_softmax(scores, layout.mask()[:, :, None])
+  B, K, G, L, S = weights.shape
+  return weights.reshape(B, K * G, L, S)
+
+
+def dense(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
+  """The reference: the whole score matrix at once, softmax in float32."""
+  B, L, N, H = q_BLNH.shape
+  K = k_BSKH.shape[2]
+  weights = dense_weights(q_BLNH, k_BSKH, layout, terms, scale=scale)
+  weights = weights.reshape(B, K, N // K, L, -1).astype(v_BSKH.dtype)
+  out = jnp.einsum("bkgls,bskh->blkgh", weights, v_BSKH)
+  return out.reshape(B, L, N, H)
+
+
+def _pad_to(x, multiple, axis, value=0):
+  pad = -x.shape[axis] % multiple
+  if pad == 0:
+    return x
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, pad)
+  return jnp.pad(x, widths, constant_values=value)
+
+
+def chunked(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
+  """Exact attention in blocks with an online softmax (Rabe & Staats 2021; FlashAttention's
+  arithmetic): memory grows with L * chunk instead of L * S. Each key-block step is
+  rematerialized so the backward pass keeps the same bound."""
+  B, L, N, H = q_BLNH.shape
+  S, K = k_BSKH.shape[1], k_BSKH.shape[2]
+  c = min(cfg.attention_chunk, max(L, S))
+  # Padded keys get segment 0 (masked); padded queries are dropped at the end.
+  pad = lambda x, v=0: _pad_to(x, c, 1, v)
+  q, k, v = pad(q_BLNH), pad(k_BSKH), pad(v_BSKH)
+  lay = layout.replace(
+      q_seg_BL=pad(layout.q_seg_BL), q_idx_BL=pad(layout.q_idx_BL),
+      q_pos_BL=pad(layout.q_pos_BL), k_seg_BS=pad(layout.k_seg_BS),
+      k_idx_BS=pad(layout.k_idx_BS), k_pos_BS=pad(layout.k_pos_BS),
+      k_prefix_BS=None if layout.k_prefix_BS is None else pad(layout.k_prefix_BS, False))
+  nq, nk = q.shape[1] // c, k.shape[1] // c
+  blocks = lambda x: jnp.moveaxis(x.reshape(B, -1, c, *x.shape[2:]), 1, 0)
+  kv_blocks = (blocks(k), blocks(v), blocks(lay.k_seg_BS), blocks(lay.k_idx_BS),
+               blocks(lay.k_pos_BS),
+               None if lay.k_prefix_BS is None else blocks(lay.k_prefix_BS))
+
+  def one_query_block(args):
+    q_c, q_seg, q_idx, q_pos = args
+    G = N // K
+    q_c = q_c.reshape(B, c, K, G, H)
+
+    @functools.partial(jax.checkpoint, prevent_cse=False)
+    def step(carry, kv):
+      m, l, acc = carry
+      k_c, v_c, k_seg, k_idx, k_pos, k_pre = kv
+      blk = lay.replace(q_seg_BL=q_seg, q_idx_BL=q_idx, q_pos_BL=q_pos, k_seg_BS=k_seg,
+                        k_idx_BS=k_idx, k_pos_BS=k_pos, k_prefix_BS=k_pre)
+      s = _scores(q_c, k_c, blk, terms, scale)
+      mask = blk.mask()[:, :, None]
+      m_new = jnp.maximum(m, jnp.max(jnp.where(mask, s, -jnp.inf), axis=-1))
+      m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+      p = jnp.where(mask, jnp.exp(s - m_safe[..., None]), 0.0)
+      correction = jnp.exp(m - m_safe)  # exp(-inf) = 0 drops a still-empty accumulator
+      l = l * correction + jnp.sum(p, axis=-1)
+      acc = acc * correction[..., None] + jnp.einsum(
+          "bkgls,bskh->bkglh", p.astype(v_c.dtype), v_c, preferred_element_type=jnp.float32)
+      return (m_new, l, acc), None
+
+    init = (jnp.full((B, K, G, c), -jnp.inf, jnp.float32), jnp.zeros((B, K, G, c), jnp.float32),
+            jnp.zeros((B, K, G, c, H), jnp.float32))
+    (m, l, acc), _ = jax.lax.scan(step, init, kv_blocks)
+    out = acc / jnp.where(l == 0, 1.0, l)[..., None]
+    return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(B, c, N, H).astype(q_BLNH.dtype)
+
+  q_blocks = (blocks(q), blocks(lay.q_seg_BL), blocks(lay.q_idx_BL), blocks(lay.q_pos_BL))
+  out = jax.lax.map(one_query_block, q_blocks)  # [nq, B, c, N, H]
+  del nk, nq
+  return jnp.moveaxis(out, 0, 1).reshape(B, -1, N, H)[:, :L]
+
+
+def cudnn(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
+  """cuDNN's fused attention through jax.nn.dot_product_attention (GPU, fp16/bf16 only)."""
+  if jax.default_backend() != "gpu":
+    raise ValueError(f"model.attention='cudnn' needs a GPU (backend is "
+                     f"{jax.default_backend()!r}); use 'auto', 'dense' or 'chunked'.")
+  if q_BLNH.dtype not in (jnp.bfloat16, jnp.float16):
+    raise ValueError(f"model.attention='cudnn' needs model.dtype bfloat16 or float16, got "
+                     f"{q_BLNH.dtype}; set --config.model.dtype=bfloat16 or use 'dense'.")
+  mask = layout.mask()
+  bias = terms.bias(layout.q_pos_BL, layout.k_pos_BS)
+  out = jax.nn.dot_product_attention(
+      q_BLNH, k_BSKH, v_BSKH, bias=None if bias is None else bias.astype(q_BLNH.dtype),
+      mask=mask, scale=scale, implementation="cudnn")
+  # Rows with no visible key: cuDNN returns an average of nothing; the contract is zeros.
+  has_key = jnp.any(mask, axis=-1)[:, 0, :, None, None]
+  return jnp.where(has_key, out, 0).astype(q_BLNH.dtype)
+
+
+def _refuse(impl, layout, terms, *, window=True, bias=True, prefix=True):
+  if window and layout.window:
+    raise ValueError(f"model.attention={impl!r} does not support a sliding window; use "
+                     f"'dense' or 'chunked'.")
+  if bias and terms.bias_table is not None:
+    raise ValueError(f"model.attention={impl!r} cannot add a score bias "
+                     f"({terms.bias_kind}); use 'rope'/'none' positions or 'dense'.")
+  if prefix and layout.k_prefix_BS is not None:
+    raise ValueError(f"model.attention={impl!r} does not support prefix-LM masks; use 'dense'.")
+
+
+def linear(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
+  """Kernelized linear attention (Katharopoulos et al. 2020), phi(x) = elu(x) + 1:
+  out_i = phi(q_i) . sum_j phi(k_j) v_j^T / phi(q_i) . sum_j phi(k_j), over visible j.
+  Causal rows use a running sum that restarts at each packed document; O(L) in length.
+  An approximation of softmax attention, so it is compared with its own formula in tests."""
+  _refuse("linear", layout, terms)
+  B, L, N, H = q_BLNH.shape
+  K = k_BSKH.shape[2]
+  phi = lambda x: jax.nn.elu(x.astype(jnp.float32)) + 1.0
+  q = _group(phi(q_BLNH), K)  # [B, L, K, G, H]
+  k_valid = (layout.k_seg_BS != 0)[:, :, None, None]
+  k = jnp.where(k_valid, phi(k_BSKH), 0.0)
+  v = v_BSKH.astype(jnp.float32)
+  kv_BSKHH = jnp.einsum("bskh,bskd->bskhd", k, v)
+  if layout.causal:
+    if layout.q_idx_BL.shape != layout.k_idx_BS.shape:
+      raise ValueError("causal linear attention needs queries and keys of the same sequence.")
+    starts = jnp.concatenate([jnp.ones((B, 1), bool),
+                              layout.k_seg_BS[:, 1:] != layout.k_seg_BS[:, :-1]], axis=1)
+
+    def combine(a, b):  # a running sum that restarts where a new segment starts
+      (sa, fa), (sb, fb) = a, b
+      reset = fb.reshape(fb.shape + (1,) * (sb.ndim - fb.ndim))
+      return jnp.where(reset, sb, sa + sb), fa | fb
+
+    kv_sum, _ = jax.lax.associative_scan(combine, (kv_BSKHH, starts), axis=1)
+    k_sum, _ = jax.lax.associative_scan(combine, (k, starts), axis=1)
+  else:
+    # Sum over keys of the query's own segment: segment ids index a per-row table.
+    num = L + 1
+    seg_sum = jax.vmap(lambda x, s: jax.ops.segment_sum(x, s, num_segments=num))
+    kv_tab = seg_sum(kv_BSKHH, layout.k_seg_BS)
+    k_tab = seg_sum(k, layout.k_seg_BS)
+    take = jax.vmap(lambda tab, s: tab[s])
+    q_seg = jnp.clip(layout.q_seg_BL, 0, num - 1)
+    kv_sum, k_sum = take(kv_tab, q_seg), take(k_tab, q_seg)
+  numer = jnp.einsum("blkgh,blkhd->blkgd", q, kv_sum)
+  denom = jnp.einsum("blkgh,blkh->blkg", q, k_sum)[..., None]
+  out = numer / jnp.where(denom == 0, 1.0, denom)
+  out = jnp.where((layout.q_seg_BL != 0)[:, :, None, None, None], out, 0.0)
+  return out.reshape(B, L, N, H).astype(q_BLNH.dtype)
+
+
+def block_sparse(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
+  """Block-local sparse attention (the local pattern of Child et al. 2019 / Longformer): each
+  query block of size c sees keys of its own and the previous block, on top of the usual mask.
+  Work and memory are O(L * c). Exact softmax over that pattern, so tests compare it with
+  dense attention under the same pattern (`block_local_mask`)."""
+  B, L, N, H = q_BLNH.shape
+  K = k_BSKH.shape[2]
+  if k_BSKH.shape[1] != L:
+    raise ValueError("block_sparse attention is for self-attention; use 'dense' or 'chunked'.")
+  c = min(cfg.attention_chunk, L)
+  pad = lambda x, v=0: _pad_to(x, c, 1, v)
+  blocks = lambda x: x.reshape(B, -1, c, *x.shape[2:])
+
+  def with_previous(x):  # [B, nb, c, ...] -> [B, nb, 2c, ...]
+    prev = jnp.concatenate([jnp.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
+    return jnp.concatenate([prev, x], axis=2)
+
+  q = blocks(pad(q_BLNH))
+  k, v = with_previous(blocks(pad(k_BSKH))), with_previous(blocks(pad(v_BSKH)))
+  nb = q.shape[1]
+  fold = lambda x: x.reshape(B * nb, *x.shape[2:])  # blocks become batch rows
+  # The previous block of block 0 is zeros with segment 0, so it is masked out.
+  q_lay = lambda x: fold(blocks(pad(x)))
+  k_lay = lambda x, v=0: fold(with_previous(blocks(pad(x, v))))
+  blk = layout.replace(
+      q_seg_BL=q_lay(layout.q_seg_BL), q_idx_BL=q_lay(layout.q_idx_BL),
+      q_pos_BL=q_lay(layout.q_pos_BL), k_seg_BS=k_lay(layout.k_seg_BS),
+      k_idx_BS=k_lay(layout.k_idx_BS), k_pos_BS=k_lay(layout.k_pos_BS),
+      k_prefix_BS=None if layout.k_prefix_BS is None else k_lay(layout.k_prefix_BS, False))
+  out = dense(fold(q), fold(k), fold(v), blk, terms, scale=scale, cfg=cfg)
+  return out.reshape(B, nb * c, N, H)[:, :L]
+
+
+def block_local_mask(layout: Layout, block: int) -> jax.Array:
+  """The pattern block_sparse computes, as a dense [B, 1, L, S] mask (for tests)."""
+  qb = layout.q_idx_BL[:, :, None] // block
+  kb = layout.k_idx_BS[:, None, :] // block
+  return (layout.mask()[:, 0] & ((qb == kb) | (qb == kb + 1)))[:, None]
+
+
+def auto(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
+  """cuDNN on GPU in half precision; otherwise dense while the score matrix is small,
+  chunked once it would not fit comfortably (64M scores per head group)."""
+  if jax.default_backend() == "gpu" and q_BLNH.dtype in (jnp.bfloat16, jnp.float16):
+    return cudnn(q_BLNH, k_BSKH, v_BSKH, layout, terms, scale=scale, cfg=cfg)
+  if q_BLNH.shape[1] * k_BSKH.shape[1] > 8192 * 8192:
+    return chunked(q_BLNH, k_BSKH, v_BSKH, layout, terms, scale=scale, cfg=cfg)
+  return dense(q_BLNH, k_BSKH, v_BSKH, layout, terms, scale=scale, cfg=cfg)
+
+
+IMPLEMENTATIONS = {"dense": dense, "chunked": chunked, "cudnn": cudnn, "linear": linear,
+                   "block_sparse": block_sparse, "auto": auto}
+
+
+def get_implementation(name: str):
+  if name not in IMPLEMENTATIONS:
+    raise ValueError(f"Unknown model.attention {name!r}; valid: {sorted(IMPLEMENTATIONS)}.")
+  return IMPLEMENTATIONS[name]
+
+
+# ---------------------------------------------------------------------------------------------
+
+def dense_init(axes):
+  return nn.with_logical_partitioning(nn.initializers.lecun_normal(), axes)
+
+
+class Attention(nn.Module):
+  """Multi-head attention with K key/value heads shared by groups of N // K query heads.
+
+  Self-attention when `kv_BSD` is None. Weights are sown to 'intermediates' when that
+  collection is mutable, so a probe can read every head without hooks.
+  """
+  cfg: ml_collections.ConfigDict
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x_BLD, layout: Layout, terms: AttentionTerms, kv_BSD=None):
+    cfg = self.cfg
+    N, H = cfg.num_heads, cfg.head_dim or cfg.d_model // cfg.num_heads
+    K = cfg.num_kv_heads or N
+    dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+    proj = functools.partial(nn.DenseGeneral, axis=-1, use_bias=cfg.use_bias, dtype=dtype,
+                             param_dtype=pdtype)
+    kv_in = x_BLD if kv_BSD is None else kv_BSD
+    q = proj((N, H), kernel_init=dense_init(("embed", "heads", "head_dim")),
+             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "head_dim")),
+             name="query")(x_BLD)
+    kv_bias = nn.with_logical_partitioning(nn.initializers.zeros, ("kv_heads", "head_dim"))
+    k = proj((K, H), kernel_init=dense_init(("embed", "kv_heads", "head_dim")),
+             bias_init=kv_bias, name="key")(kv_in)
+    v = proj((K, H), kernel_init=dense_init(("embed", "kv_heads", "head_dim")),
+             bias_init=kv_bias, name="value")(kv_in)
+    q = terms.rotate(q, layout.q_pos_BL)
+    k = terms.rotate(k, layout.k_pos_BS)
+    scale = cfg.qk_scale or 1.0 / math.sqrt(H)
+
+    if self.is_mutable_collection("intermediates"):
+      self.sow("intermediates", "attention_weights",
+               dense_weights(q, k, layout, terms, scale=scale))
+    if cfg.attention_dropout_rate and not self.deterministic:
+      # Dropout on the weights needs them materialized: only the reference can do it.
+      weights = dense_weights(q, k, layout, terms, scale=scale)
+      weights = nn.Dropout(cfg.attention_dropout_rate)(weights, deterministic=False)
+      B, L = q.shape[:2]
+      out = jnp.einsum("bkgls,bskh->blkgh",
+                       weights.reshape(B, K, N // K, L, -1).astype(v.dtype), v)
+      out = out.reshape(B, L, N, H)
+    else:
+      out = get_implementation(cfg.attention)(q, k, v, layout, terms, scale=scale, cfg=cfg)
+    return nn.DenseGeneral(
+        cfg.d_model, axis=(-2, -1), use_bias=cfg.use_bias, dtype=dtype, param_dtype=pdtype,
+        kernel_init=dense_init(("heads", "head_dim", "embed")),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+        name="out")(out)
