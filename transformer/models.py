@@ -109,6 +109,8 @@ class Tower(nn.Module):
                          q_positions=positions, k_positions=positions, prefix=prefix,
                          causal=self.causal, window=cfg.window)
     x_BLD = scheme.embed(x_BLD, layout.q_pos_BL)
+    # A zero we can differentiate against: d(logits)/d(embedded) tests causality and probes.
+    x_BLD = self.perturb("embedded", x_BLD)
     if cfg.embed_norm:
       x_BLD = Norm(cfg, name="embed_norm")(x_BLD)
     x_BLD = nn.Dropout(cfg.dropout_rate)(x_BLD, deterministic=deterministic)
