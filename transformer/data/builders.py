@@ -1,0 +1,306 @@
+"""TFDS builders for the built-in datasets; all generated locally, no downloads.
+
+Each builder turns the data config into a tfds BuilderConfig whose *name*
+encodes every knob that changes the data, so different settings live in
+different directories under data_dir and built data is safely reused. Bump a
+builder's VERSION when its generator changes, or old data would be reused.
+
+Records are {'text'} for language-model corpora and {'inputs', 'targets'} for
+seq2seq tasks (see `FIELDS`).
+"""
+
+import dataclasses
+import functools
+import hashlib
+import os
+import random
+import sys
+import sysconfig
+
+import tensorflow_datasets as tfds
+
+from transformer.data import algorithmic
+from transformer.data import grammar
+from transformer.data import kv_retrieval
+
+# Synthetic datasets: size name -> (train examples, examples per eval split).
+SIZES = {"tiny": (1_000, 100), "small": (50_000, 1_000), "medium": (500_000, 5_000),
+         "large": (2_000_000, 10_000)}
+
+_TEXT = tfds.features.FeaturesDict({"text": tfds.features.Text()})
+# Files keep their relative path so splits and provenance can be checked per record.
+_FILE_TEXT = tfds.features.FeaturesDict({"text": tfds.features.Text(), "path": tfds.features.Text()})
+_SEQ2SEQ = tfds.features.FeaturesDict({"inputs": tfds.features.Text(),
+                                       "targets": tfds.features.Text()})
+
+
+def _size(data_config) -> tuple[int, int]:
+  if data_config.size not in SIZES:
+    raise ValueError(f"unknown data.size {data_config.size!r}; valid: {list(SIZES)}")
+  return SIZES[data_config.size]
+
+
+def _rng(*parts) -> random.Random:
+  # String seeds go through sha512 in `random`, so they are stable across runs and machines.
+  return random.Random("/".join(map(str, parts)))
+
+
+def split_of(relative_path: str) -> str:
+  """90/5/5 train/validation/test split decided by the file's path alone."""
+  bucket = int(hashlib.sha256(relative_path.encode()).hexdigest()[:8], 16) % 100
+  return "train" if bucket < 90 else "validation" if bucket < 95 else "test"
+
+
+@dataclasses.dataclass(eq=False)
+class SyntheticConfig(tfds.core.BuilderConfig):
+  num_train: int = 0
+  num_eval: int = 0
+  task: str = ""
+  min_length: int = 0
+  max_length: int = 0
+  eval_min_length: int = 0
+  eval_max_length: int = 0
+  num_pairs: int = 0
+
+
+class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
+  """Documents from `grammar.document`; configs are the SIZES names."""
+
+  VERSION = tfds.core.Version("1.0.0")
+  BUILDER_CONFIGS = [SyntheticConfig(name=n, num_train=t, num_eval=e) for n, (t, e) in SIZES.items()]
+
+  @classmethod
+  def config_from(cls, data_config):
+    _size(data_config)
+    return data_config.size
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+        builder=self, features=_TEXT,
+        description="English-like documents from a probabilistic grammar (see grammar.py).")
+
+  def _split_generators(self, dl_manager):
+    c = self.builder_config
+    return {s: self._generate_examples(s, n) for s, n in
+            (("train", c.num_train), ("validation", c.num_eval), ("test", c.num_eval))}
+
+  def _generate_examples(self, split, num):
+    for i in range(num):
+      yield i, {"text": grammar.document(_rng("grammar", split, i))}
+
+
+class Algorithmic(tfds.core.GeneratorBasedBuilder):
+  """copy / reverse / sort / addition; split 'test_long' holds longer instances."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  @classmethod
+  def config_from(cls, data_config):
+    algorithmic.get_task(data_config.task)
+    num_train, num_eval = _size(data_config)
+    lo, hi = data_config.min_length, data_config.max_length
+    long_lo = data_config.eval_min_length or hi + 1
+    long_hi = data_config.eval_max_length or 2 * hi
+    for a, b in ((lo, hi), (long_lo, long_hi)):
+      if not 1 <= a <= b:
+        raise ValueError(f"algorithmic lengths need 1 <= min <= max, got {a}..{b}")
+    name = f"{data_config.task}-len{lo}-{hi}-long{long_lo}-{long_hi}-{data_config.size}"
+    return SyntheticConfig(name=name, num_train=num_train, num_eval=num_eval,
+                           task=data_config.task, min_length=lo, max_length=hi,
+                           eval_min_length=long_lo, eval_max_length=long_hi)
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=_SEQ2SEQ,
+                                 description="Algorithmic seq2seq tasks (see algorithmic.py).")
+
+  def _split_generators(self, dl_manager):
+    c = self.builder_config
+    short, long = (c.min_length, c.max_length), (c.eval_min_length, c.eval_max_length)
+    return {"train": self._generate_examples("train", c.num_train, short),
+            "validation": self._generate_examples("validation", c.num_eval, short),
+            "test": self._generate_examples("test", c.num_eval, short),
+            "test_long": self._generate_examples("test_long", c.num_eval, long)}
+
+  def _generate_examples(self, split, num, lengths):
+    task = self.builder_config.task
+    for i in range(num):
+      inputs, targets = algorithmic.example(task, _rng(task, split, i), *lengths)
+      yield i, {"inputs": inputs, "targets": targets}
+
+
+class KvRetrieval(tfds.core.GeneratorBasedBuilder):
+  """Associative recall with `num_pairs` pairs and a uniformly placed query."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  @classmethod
+  def config_from(cls, data_config):
+    num_train, num_eval = _size(data_config)
+    if data_config.num_pairs < 1:
+      raise ValueError(f"data.num_pairs must be >= 1, got {data_config.num_pairs}")
+    return SyntheticConfig(name=f"pairs{data_config.num_pairs}-{data_config.size}",
+                           num_train=num_train, num_eval=num_eval, num_pairs=data_config.num_pairs)
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=_SEQ2SEQ,
+                                 description="Key-value retrieval (see kv_retrieval.py).")
+
+  def _split_generators(self, dl_manager):
+    c = self.builder_config
+    return {s: self._generate_examples(s, n) for s, n in
+            (("train", c.num_train), ("validation", c.num_eval), ("test", c.num_eval))}
+
+  def _generate_examples(self, split, num):
+    for i in range(num):
+      inputs, targets = kv_retrieval.item(_rng("kv", split, i), self.builder_config.num_pairs)
+      yield i, {"inputs": inputs, "targets": targets}
+
+
+# Directory names never holding library source: tests, installed packages, build config.
+_STDLIB_SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
+_GENERATED_MARKERS = ("autogenerated", "auto-generated", "generated from", "generated by",
+                      "do not edit")
+
+
+def _is_generated(relative_path: str, head: bytes) -> bool:
+  # Build-time and table-generated files (codec tables, pydoc topics, sysconfig data)
+  # are not code anyone wrote; their marker sits in the first lines.
+  if os.path.basename(relative_path).startswith("_sysconfigdata"):
+    return True
+  first_lines = b"\n".join(head.splitlines()[:3]).decode("utf-8", "replace").lower()
+  return any(m in first_lines for m in _GENERATED_MARKERS)
+
+
+@functools.cache
+def stdlib_files() -> dict[str, bytes]:
+  """relative path -> source of this interpreter's pure-Python standard library."""
+  root = sysconfig.get_paths()["stdlib"]
+  files = {}
+  for dirpath, dirnames, filenames in os.walk(root):
+    dirnames[:] = sorted(d for d in dirnames
+                         if d not in _STDLIB_SKIP_DIRS and not d.startswith("config-"))
+    for name in sorted(filenames):
+      if not name.endswith(".py"):
+        continue
+      path = os.path.join(dirpath, name)
+      relative = os.path.relpath(path, root).replace(os.sep, "/")
+      with open(path, "rb") as f:
+        data = f.read()
+      if _is_generated(relative, data[:2048]):
+        continue
+      try:
+        data.decode("utf-8")
+      except UnicodeDecodeError:
+        continue
+      files[relative] = data
+  return files
+
+
+def _content_sha256(files: dict[str, bytes]) -> str:
+  h = hashlib.sha256()
+  for relative in sorted(files):
+    h.update(relative.encode() + b"\0" + hashlib.sha256(files[relative]).digest())
+  return h.hexdigest()
+
+
+class PythonStdlib(tfds.core.GeneratorBasedBuilder):
+  """One record per stdlib .py file; the config name pins the Python version and content."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  @classmethod
+  def config_from(cls, data_config):
+    del data_config
+    v = sys.version_info
+    name = f"{sys.implementation.name}{v.major}.{v.minor}.{v.micro}-{_content_sha256(stdlib_files())[:12]}"
+    return tfds.core.BuilderConfig(name=name)
+
+  def _info(self):
+    files = stdlib_files()
+    sha = _content_sha256(files)
+    return tfds.core.DatasetInfo(
+        builder=self, features=_FILE_TEXT,
+        description=(f"Standard library of Python {sys.version.split()[0]} "
+                     f"({len(files)} files, content sha256 {sha}); split by path hash."),
+        metadata=tfds.core.MetadataDict(python_version=sys.version.split()[0],
+                                        content_sha256=sha, num_files=len(files)))
+
+  def _split_generators(self, dl_manager):
+    return {s: self._generate_examples(s) for s in ("train", "validation", "test")}
+
+  def _generate_examples(self, split):
+    for relative, data in stdlib_files().items():
+      if split_of(relative) == split:
+        yield relative, {"text": data.decode("utf-8"), "path": relative}
+
+
+_MAX_RECORD_BYTES = 1 << 20
+
+
+def text_folder_files(path: str) -> list[str]:
+  if not path or not os.path.isdir(path):
+    raise ValueError(f"text_folder needs data.path to be a directory of .txt files, got {path!r}")
+  found = sorted(os.path.relpath(os.path.join(d, f), path).replace(os.sep, "/")
+                 for d, _, names in os.walk(path) for f in names if f.endswith(".txt"))
+  if not found:
+    raise ValueError(f"no .txt files under data.path={path!r}")
+  return found
+
+
+def _paragraph_chunks(text: str) -> list[str]:
+  # Huge files become several records (cut at blank lines) so no record holds gigabytes.
+  if len(text) <= _MAX_RECORD_BYTES:
+    return [text]
+  chunks, current = [], ""
+  for paragraph in text.split("\n\n"):
+    if current and len(current) + len(paragraph) > _MAX_RECORD_BYTES:
+      chunks.append(current)
+      current = ""
+    current += paragraph + "\n\n"
+  return chunks + [current] if current else chunks
+
+
+@dataclasses.dataclass(eq=False)
+class FolderConfig(tfds.core.BuilderConfig):
+  path: str = ""
+
+
+class TextFolder(tfds.core.GeneratorBasedBuilder):
+  """Local .txt files, one record per file, split by path hash like python_stdlib."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  @classmethod
+  def config_from(cls, data_config):
+    path = os.path.abspath(os.path.expanduser(data_config.path)) if data_config.path else ""
+    h = hashlib.sha256(path.encode())
+    for relative in text_folder_files(path):
+      st = os.stat(os.path.join(path, relative))
+      # Size and mtime rather than contents: cheap on big folders, still rebuilds on edits.
+      h.update(f"\0{relative}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    slug = "".join(c if c.isalnum() else "_" for c in os.path.basename(path))[:40] or "root"
+    return FolderConfig(name=f"{slug}-{h.hexdigest()[:12]}", path=path)
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=_FILE_TEXT,
+                                 description=f"Text files under {self.builder_config.path}.",
+                                 metadata=tfds.core.MetadataDict(path=self.builder_config.path))
+
+  def _split_generators(self, dl_manager):
+    return {s: self._generate_examples(s) for s in ("train", "validation", "test")}
+
+  def _generate_examples(self, split):
+    root = self.builder_config.path
+    for relative in text_folder_files(root):
+      if split_of(relative) != split:
+        continue
+      with open(os.path.join(root, relative), encoding="utf-8", errors="replace") as f:
+        for i, chunk in enumerate(_paragraph_chunks(f.read())):
+          yield f"{relative}:{i}", {"text": chunk, "path": relative}
+
+
+BUILDERS = {"grammar_corpus": GrammarCorpus, "algorithmic": Algorithmic,
+            "kv_retrieval": KvRetrieval, "python_stdlib": PythonStdlib, "text_folder": TextFolder}
+FIELDS = {"grammar_corpus": ("text",), "algorithmic": ("inputs", "targets"),
+          "kv_retrieval": ("inputs", "targets"), "python_stdlib": ("text",),
+          "text_folder": ("text",)}
