@@ -29,7 +29,8 @@ SIZES = {"tiny": (1_000, 100), "small": (50_000, 1_000), "medium": (500_000, 5_0
 
 _TEXT = tfds.features.FeaturesDict({"text": tfds.features.Text()})
 # Files keep their relative path so splits and provenance can be checked per record.
-_FILE_TEXT = tfds.features.FeaturesDict({"text": tfds.features.Text(), "path": tfds.features.Text()})
+_FILE_TEXT = tfds.features.FeaturesDict({"text": tfds.features.Text(),
+                                         "path": tfds.features.Text()})
 _SEQ2SEQ = tfds.features.FeaturesDict({"inputs": tfds.features.Text(),
                                        "targets": tfds.features.Text()})
 
@@ -67,7 +68,8 @@ class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
   """Documents from `grammar.document`; configs are the SIZES names."""
 
   VERSION = tfds.core.Version("1.0.0")
-  BUILDER_CONFIGS = [SyntheticConfig(name=n, num_train=t, num_eval=e) for n, (t, e) in SIZES.items()]
+  BUILDER_CONFIGS = [SyntheticConfig(name=n, num_train=t, num_eval=e)
+                     for n, (t, e) in SIZES.items()]
 
   @classmethod
   def config_from(cls, data_config):
@@ -212,8 +214,9 @@ class PythonStdlib(tfds.core.GeneratorBasedBuilder):
   def config_from(cls, data_config):
     del data_config
     v = sys.version_info
-    name = f"{sys.implementation.name}{v.major}.{v.minor}.{v.micro}-{_content_sha256(stdlib_files())[:12]}"
-    return tfds.core.BuilderConfig(name=name)
+    digest = _content_sha256(stdlib_files())[:12]
+    return tfds.core.BuilderConfig(
+        name=f"{sys.implementation.name}{v.major}.{v.minor}.{v.micro}-{digest}")
 
   def _info(self):
     files = stdlib_files()

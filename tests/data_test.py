@@ -1,0 +1,355 @@
+"""Data layer: builders, tokenizers, packing, objectives, iterator state. Tiny sizes only."""
+
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from transformer import data
+from transformer.data import builders, grammar, kv_retrieval, objectives, pipeline, sources
+
+
+def _config(tmp, **overrides):
+  config = data.default_config()
+  config.size = "tiny"
+  config.data_dir = str(tmp)
+  config.update(overrides)
+  return config
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp("tfds")
+
+
+def _records(config, split):
+  return list(sources.load(config, split))
+
+
+@pytest.mark.parametrize("name", ["grammar_corpus", "algorithmic", "kv_retrieval"])
+def test_builders_are_deterministic(tmp_path, name):
+  a = _config(tmp_path / "a", name=name, max_length=6)
+  b = _config(tmp_path / "b", name=name, max_length=6)
+  for split in ("train", "validation"):
+    assert _records(a, split) == _records(b, split)
+  assert len(sources.load(a, "train")) == builders.SIZES["tiny"][0]
+
+
+def test_algorithmic_long_split_is_longer(data_dir):
+  config = _config(data_dir, name="algorithmic", task="reverse", min_length=2, max_length=5)
+  short = _records(config, "train")
+  long = _records(config, "test_long")
+  assert all(2 <= len(r["inputs"]) <= 5 and r["targets"] == r["inputs"][::-1] for r in short)
+  assert all(6 <= len(r["inputs"]) <= 10 for r in long)
+
+
+def test_python_stdlib_splits_never_share_a_file(data_dir):
+  config = _config(data_dir, name="python_stdlib")
+  paths = {split: [r["path"] for r in _records(config, split)]
+           for split in ("train", "validation", "test")}
+  sets = {split: set(p) for split, p in paths.items()}
+  assert all(len(p) == len(sets[s]) for s, p in paths.items())
+  assert not sets["train"] & sets["validation"] and not sets["train"] & sets["test"]
+  assert not sets["validation"] & sets["test"]
+  everything = set().union(*sets.values())
+  assert everything == set(builders.stdlib_files())
+  assert not any(part in ("test", "tests", "idle_test", "site-packages")
+                 for p in everything for part in p.split("/"))
+  assert "encodings/cp437.py" not in everything  # generated codec table
+  description = sources.describe(config)
+  assert "content sha256" in description and "Python 3." in description
+
+
+def test_text_folder_splits_by_path(tmp_path):
+  folder = tmp_path / "texts"
+  for i in range(60):
+    (folder / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
+    (folder / f"d{i % 3}" / f"f{i}.txt").write_text(f"document number {i}\n")
+  config = _config(tmp_path / "tfds", name="text_folder", path=str(folder))
+  splits = {s: {r["path"] for r in _records(config, s)} for s in ("train", "validation", "test")}
+  assert sum(len(p) for p in splits.values()) == 60
+  assert all(builders.split_of(p) == s for s, paths in splits.items() for p in paths)
+
+
+def test_catalog_dataset_prepared_on_disk(tmp_path):
+  class CatalogToyForDataTest(tfds.core.GeneratorBasedBuilder):
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+      return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
+          {"sentence": tfds.features.Text()}))
+
+    def _split_generators(self, dl_manager):
+      return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+      for i in range(10):
+        yield i, {"sentence": f"catalog sentence {i}"}
+
+  CatalogToyForDataTest(data_dir=str(tmp_path), file_format="array_record").download_and_prepare()
+  config = _config(tmp_path, name="catalog_toy_for_data_test", text_key="sentence")
+  texts = sorted(r["text"] for r in _records(config, "train"))
+  assert texts == sorted(f"catalog sentence {i}" for i in range(10))
+  with pytest.raises(ValueError, match="no feature data.text_key='text'"):
+    sources.load(_config(tmp_path, name="catalog_toy_for_data_test"), "train")
+
+
+def test_unknown_names_fail_with_valid_choices(tmp_path):
+  tokenizer = data.get_tokenizer(_config(tmp_path))
+  cases = [
+      (dict(name="no_such_data"), "lm", r"built-in datasets are \['algorithmic'.*tfds build"),
+      (dict(tokenizer="wordpiece"), "lm", r"valid: \['bytes', 'sentencepiece'\]"),
+      (dict(size="huge"), "lm", r"valid: \['tiny', 'small', 'medium', 'large'\]"),
+      (dict(name="algorithmic", task="divide"), "seq2seq", r"valid: \['addition', 'copy'"),
+      (dict(), "clm", r"valid: \['lm', 'mlm', 'seq2seq'\]"),
+      (dict(), "seq2seq", r"inputs/targets dataset \['algorithmic', 'kv_retrieval'\]"),
+  ]
+  for overrides, objective, message in cases:
+    config = _config(tmp_path, **overrides)
+    with pytest.raises(ValueError, match=message):
+      data.make_iterator(config, tokenizer, split="train", batch_size=2, objective=objective,
+                         seed=0)
+  with pytest.raises(ValueError, match="valid:"):
+    data.get_tokenizer(_config(tmp_path, tokenizer="wordpiece"))
+  with pytest.raises(ValueError, match="Unknown split 'nope'"):
+    sources.load(_config(tmp_path), "nope")
+
+
+def test_bytes_tokenizer_round_trip():
+  tokenizer = data.get_tokenizer(data.default_config())
+  text = "Grüße, 世界!\n\tdef f(x): return x  # ✓"
+  ids = tokenizer.encode(text)
+  assert min(ids) >= 4 and max(ids) < tokenizer.vocab_size == 260
+  assert tokenizer.decode(ids) == text
+  assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.mask_id) == (0, 1, 2, 3)
+  assert tokenizer.decode([1] + ids + [2, 0, 0]) == text
+
+
+def test_sentencepiece_trains_once_and_round_trips(tmp_path, data_dir):
+  config = _config(data_dir, tokenizer="sentencepiece", vocab_size=400,
+                   tokenizer_train_chars=40_000)
+  workdir = tmp_path / "run"
+  tokenizer = data.get_tokenizer(config, str(workdir))
+  assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.mask_id) == (0, 1, 2, 3)
+  [model_file] = os.listdir(workdir)
+  mtime = os.stat(workdir / model_file).st_mtime_ns
+  again = data.get_tokenizer(config, str(workdir))
+  assert os.stat(workdir / model_file).st_mtime_ns == mtime  # reloaded, not retrained
+  for text in ("The keys to the cabinet are missing.", "Grüße 世界\n\n    x = 1\t# <mask>"):
+    ids = again.encode(text)
+    assert again.decode(ids) == text and 3 not in ids
+  sample = _records(config, "validation")[0]["text"]
+  assert len(tokenizer.encode(sample)) < 0.6 * len(sample.encode())  # it learned pieces
+
+
+def _chunks(config, tokenizer, objective, split):
+  """Every piece the pipeline may place in a row, as tuples of (inputs, targets, weights)."""
+  obj = objectives.get_objective(objective)
+  pieces = []
+  for record in sources.load(config, split):
+    features = obj.featurize(record, tokenizer, np.random.default_rng(0), config)
+    for piece in obj.split(features, config.seq_len):
+      pieces.append(tuple(tuple(piece[k].tolist()) for k in ("inputs", "targets", "weights")))
+  return pieces
+
+
+@pytest.mark.parametrize("packing", [True, False])
+def test_lm_rows_hold_whole_unmixed_documents(data_dir, packing):
+  config = _config(data_dir, seq_len=64, packing=packing)
+  tokenizer = data.get_tokenizer(config)
+  pieces = _chunks(config, tokenizer, "lm", "validation")
+  unseen = set(pieces)
+  it = data.make_iterator(config, tokenizer, split="validation", batch_size=4, objective="lm",
+                          seed=1, num_epochs=1)
+  seen = 0
+  for batch in it:
+    assert set(batch) == {"inputs", "targets", "segment_ids", "positions", "weights"}
+    assert all(v.shape == (4, 64) for v in batch.values())
+    assert batch["inputs"].dtype == np.int32 and batch["weights"].dtype == np.float32
+    pad = batch["segment_ids"] == 0
+    assert not batch["weights"][pad].any() and not batch["inputs"][pad].any()
+    for row in range(4):
+      segments = batch["segment_ids"][row]
+      ids = [s for s in np.unique(segments) if s > 0]
+      assert ids == list(range(1, len(ids) + 1))
+      for s in ids:
+        at = np.flatnonzero(segments == s)
+        assert (np.diff(at) == 1).all()  # contiguous
+        assert (batch["positions"][row, at] == np.arange(len(at))).all()
+        piece = tuple(tuple(batch[k][row, at].tolist()) for k in ("inputs", "targets", "weights"))
+        assert piece in unseen  # exactly one document's piece, nothing mixed in
+        unseen.discard(piece)
+        seen += 1
+      if not packing:
+        assert len(ids) <= 1
+  assert seen == len(pieces) and not unseen  # one epoch: every piece exactly once
+
+
+def test_lm_prompt_loss_only_on_targets(data_dir):
+  config = _config(data_dir, name="kv_retrieval", num_pairs=3, seq_len=64)
+  tokenizer = data.get_tokenizer(config)
+  batch = next(data.make_iterator(config, tokenizer, split="train", batch_size=2, objective="lm",
+                                  seed=0))
+  row_targets = batch["targets"][0][batch["weights"][0] > 0]
+  text = tokenizer.decode(row_targets)
+  assert text.startswith("v") and "?" not in text and ":" not in text
+
+
+def test_mlm_masking_proportions(data_dir):
+  config = _config(data_dir, seq_len=128)
+  tokenizer = data.get_tokenizer(config)
+  it = data.make_iterator(config, tokenizer, split="train", batch_size=16, objective="mlm", seed=0)
+  real = selected = masked = randomized = kept = 0
+  for _ in range(12):
+    batch = next(it)
+    is_real = (batch["segment_ids"] > 0) & (batch["targets"] >= 4)
+    chosen = batch["weights"] > 0
+    assert not (chosen & ~is_real).any()  # never pad, BOS or EOS
+    real += is_real.sum()
+    selected += chosen.sum()
+    masked += (chosen & (batch["inputs"] == tokenizer.mask_id)).sum()
+    kept += (chosen & (batch["inputs"] == batch["targets"])).sum()
+    randomized += (chosen & (batch["inputs"] != batch["targets"])
+                   & (batch["inputs"] != tokenizer.mask_id)).sum()
+    assert (batch["inputs"][~chosen] == batch["targets"][~chosen]).all()
+  assert selected > 3000
+  assert abs(selected / real - 0.15) < 0.01
+  assert abs(masked / selected - 0.8) < 0.03
+  assert abs(randomized / selected - 0.1) < 0.02
+  assert abs(kept / selected - 0.1) < 0.02
+  again = next(data.make_iterator(config, tokenizer, split="train", batch_size=16,
+                                  objective="mlm", seed=0))
+  first = next(data.make_iterator(config, tokenizer, split="train", batch_size=16,
+                                  objective="mlm", seed=0))
+  assert all((again[k] == first[k]).all() for k in first)
+
+
+@pytest.mark.parametrize("packing", [True, False])
+def test_seq2seq_batches(data_dir, packing):
+  config = _config(data_dir, name="algorithmic", task="sort", max_length=8, seq_len=32,
+                   packing=packing)
+  tokenizer = data.get_tokenizer(config)
+  batch = next(data.make_iterator(config, tokenizer, split="train", batch_size=3,
+                                  objective="seq2seq", seed=0))
+  assert set(batch) == {"encoder_inputs", "encoder_segment_ids", "encoder_positions",
+                        "decoder_inputs", "decoder_targets", "decoder_segment_ids",
+                        "decoder_positions", "decoder_weights"}
+  assert all(v.shape == (3, 32) for v in batch.values())
+  for row in range(3):
+    enc_ids, dec_ids = batch["encoder_segment_ids"][row], batch["decoder_segment_ids"][row]
+    assert set(np.unique(enc_ids)) == set(np.unique(dec_ids))
+    for s in set(np.unique(enc_ids)) - {0}:
+      source = tokenizer.decode(batch["encoder_inputs"][row][enc_ids == s])
+      dec_in = batch["decoder_inputs"][row][dec_ids == s]
+      dec_out = batch["decoder_targets"][row][dec_ids == s]
+      assert dec_in[0] == tokenizer.bos_id and dec_out[-1] == tokenizer.eos_id
+      assert (dec_in[1:] == dec_out[:-1]).all()
+      assert tokenizer.decode(dec_out) == "".join(sorted(source))
+    assert not batch["decoder_weights"][row][dec_ids == 0].any()
+  with pytest.raises(ValueError, match="raise data.seq_len"):
+    next(data.make_iterator(_config(data_dir, name="algorithmic", task="sort", max_length=8,
+                                    seq_len=4), tokenizer, split="train", batch_size=3,
+                            objective="seq2seq", seed=0))
+
+
+@pytest.mark.parametrize("objective,name", [("lm", "grammar_corpus"), ("mlm", "grammar_corpus"),
+                                            ("seq2seq", "kv_retrieval")])
+def test_resumed_iterator_continues_exactly(data_dir, objective, name):
+  # kv_retrieval's 100-record validation split makes the resumed stretch cross epochs.
+  config = _config(data_dir, name=name, num_pairs=2, seq_len=96)
+  tokenizer = data.get_tokenizer(config)
+  split = "validation" if name == "kv_retrieval" else "train"
+  make = lambda: data.make_iterator(config, tokenizer, split=split, batch_size=4,
+                                    objective=objective, seed=3)
+  it = make()
+  for _ in range(3):
+    next(it)
+  state = json.loads(json.dumps(data.iterator_state(it)))  # what a JSON checkpoint stores
+  expected = [next(it) for _ in range(6)]
+  resumed = data.restore_iterator(make(), state)
+  for want in expected:
+    got = next(resumed)
+    assert all((got[k] == want[k]).all() for k in want)
+
+
+def test_grain_orbax_handler_round_trip(data_dir, tmp_path):
+  ocp = pytest.importorskip("orbax.checkpoint")
+  import grain  # pylint: disable=g-import-not-at-top
+
+  config = _config(data_dir, seq_len=64)
+  tokenizer = data.get_tokenizer(config)
+  make = lambda: data.make_iterator(config, tokenizer, split="train", batch_size=2,
+                                    objective="lm", seed=0)
+  it = make()
+  next(it)
+  with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
+    manager.save(1, args=ocp.args.Composite(data=grain.checkpoint.CheckpointSave(it)))
+    manager.wait_until_finished()
+    want = next(it)
+    resumed = make()
+    manager.restore(1, args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(resumed)))
+  got = next(resumed)
+  assert all((got[k] == want[k]).all() for k in want)
+
+
+def test_shards_are_disjoint_and_cover_the_split(data_dir):
+  config = _config(data_dir, name="kv_retrieval", num_pairs=3, seq_len=64, packing=False)
+  tokenizer = data.get_tokenizer(config)
+  docs = []
+  for shard in range(3):
+    texts = []
+    for batch in data.make_iterator(config, tokenizer, split="validation", batch_size=8,
+                                    objective="lm", seed=0, shard_index=shard, shard_count=3,
+                                    num_epochs=1):
+      texts += [tokenizer.decode(row[seg > 0]) for row, seg in
+                zip(batch["inputs"], batch["segment_ids"]) if seg.any()]
+    docs.append(texts)
+  all_records = {r["inputs"] + objectives.PROMPT_SEPARATOR + r["targets"]
+                 for r in _records(config, "validation")}
+  assert sum(map(len, docs)) == len(all_records) == builders.SIZES["tiny"][1]
+  assert set().union(*map(set, docs)) == all_records
+  assert not set(docs[0]) & set(docs[1]) and not set(docs[1]) & set(docs[2])
+
+
+def test_unigram_entropy_matches_direct_count(data_dir):
+  config = _config(data_dir)
+  tokenizer = data.get_tokenizer(config)
+  entropy = data.unigram_entropy(config, tokenizer, "validation")
+  counts = {}
+  for record in _records(config, "validation"):
+    for t in tokenizer.encode(record["text"]) + [tokenizer.eos_id]:
+      counts[t] = counts.get(t, 0) + 1
+  p = np.array(list(counts.values())) / sum(counts.values())
+  assert entropy == pytest.approx(-(p * np.log(p)).sum())
+  assert 2.0 < entropy < np.log(260)
+
+
+def test_agreement_probes_count_attractors():
+  lexicon = grammar.lexicon()
+  number = {sg: "sg" for sg, _ in lexicon.nouns} | {pl: "pl" for _, pl in lexicon.nouns}
+  for k in range(5):
+    for item in data.agreement_probes(20, k, seed=0):
+      words = item.prefix.lower().split()
+      assert item.num_attractors == k and item.distance == len(words) - 2
+      assert item.correct != item.wrong
+      nouns = words[1::3]  # "the N (prep the N)*"
+      assert sum(number[n] != number[nouns[0]] for n in nouns[1:]) == k
+  with pytest.raises(ValueError, match="0..4"):
+    data.agreement_probes(1, 5)
+  assert 2000 < len(lexicon.word_types()) < 10000
+
+
+def test_sense_probes_and_kv_items():
+  for item in data.sense_probes(10, gap=2):
+    assert item.correct != item.wrong and item.prefix.count(".") == 3
+  for position in (0, 5, 9):
+    for inputs, target in kv_retrieval.items(10, position, 5):
+      pairs, query = inputs.split(" ? ")
+      pairs = pairs.split()
+      assert len(pairs) == 10 and pairs[position] == f"{query}:{target}"
+  assert data.kv_items(4, 1, 3, seed=7) == data.kv_items(4, 1, 3, seed=7)
+  text = grammar.document(random.Random(0))
+  assert text.endswith(".") and text[0].isupper()

@@ -1,0 +1,123 @@
+"""Tokenizers with one interface and the same special ids.
+
+Every tokenizer has pad 0, bos 1, eos 2, mask 3, so models, losses and the
+pipeline never ask which tokenizer they got. encode/decode never add specials.
+"""
+
+import hashlib
+import io
+import os
+import tempfile
+
+import numpy as np
+import sentencepiece as spm
+
+from transformer.data import sources
+
+PAD_ID, BOS_ID, EOS_ID, MASK_ID = 0, 1, 2, 3
+NUM_SPECIAL = 4  # ids below this are never produced by encode (except sentencepiece's <unk>, id 4)
+
+
+class BytesTokenizer:
+  """UTF-8 bytes shifted past the specials: byte b has id b + 4."""
+
+  vocab_size = 256 + NUM_SPECIAL
+  pad_id, bos_id, eos_id, mask_id = PAD_ID, BOS_ID, EOS_ID, MASK_ID
+
+  def encode(self, text: str) -> list[int]:
+    return (np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32) + NUM_SPECIAL).tolist()
+
+  def decode(self, ids) -> str:
+    ids_N = np.asarray(ids, np.int64)
+    ids_N = ids_N[ids_N >= NUM_SPECIAL] - NUM_SPECIAL
+    return ids_N.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+
+class SentencePieceTokenizer:
+  """A sentencepiece model trained with this project's special ids."""
+
+  def __init__(self, model_path: str):
+    self.model_path = model_path
+    self._sp = spm.SentencePieceProcessor(model_file=model_path)
+    self.vocab_size = self._sp.get_piece_size()
+    self.pad_id, self.bos_id, self.eos_id = self._sp.pad_id(), self._sp.bos_id(), self._sp.eos_id()
+    self.mask_id = self._sp.piece_to_id("<mask>")
+    if (self.pad_id, self.bos_id, self.eos_id, self.mask_id) != (PAD_ID, BOS_ID, EOS_ID, MASK_ID):
+      raise ValueError(f"{model_path} has special ids pad/bos/eos/mask = {self.pad_id}/"
+                       f"{self.bos_id}/{self.eos_id}/{self.mask_id}, expected 0/1/2/3")
+
+  def encode(self, text: str) -> list[int]:
+    return self._sp.encode(text)
+
+  def decode(self, ids) -> str:
+    return self._sp.decode([int(i) for i in ids])
+
+
+def _training_texts(data_config, max_chars: int):
+  """Train-split texts in a fixed pseudo-random order, up to `max_chars` characters."""
+  dataset = sources.load(data_config, "train").shuffle(seed=0)
+  total = 0
+  for i in range(len(dataset)):
+    for text in sources.record_texts(dataset[i]):
+      yield text
+      total += len(text)
+    if total >= max_chars:
+      return
+
+
+def train_sentencepiece(data_config, model_path: str) -> None:
+  """Trains on a sample of the train split and writes `model_path` atomically."""
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=_training_texts(data_config, data_config.tokenizer_train_chars),
+      model_writer=model, vocab_size=data_config.vocab_size, model_type="unigram",
+      pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=NUM_SPECIAL,
+      # A control symbol is never matched in text, so a literal "<mask>" stays plain text.
+      control_symbols=["<mask>"],
+      # Exact round trips (code keeps its whitespace, any unicode falls back to bytes).
+      byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+      allow_whitespace_only_pieces=True, split_digits=True, character_coverage=1.0,
+      # Whole documents are the "sentences"; one thread and no sampling make training
+      # deterministic, so every host of a multi-host job derives the same model.
+      max_sentence_length=1 << 30, input_sentence_size=0, num_threads=1,
+      hard_vocab_limit=False, minloglevel=2)
+  # A temp file + rename means a concurrent reader never sees half a model.
+  directory = os.path.dirname(model_path) or "."
+  os.makedirs(directory, exist_ok=True)
+  with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as f:
+    f.write(model.getvalue())
+  os.replace(f.name, model_path)
+
+
+def sentencepiece_path(data_config, cache_dir: str) -> str:
+  # The name pins what the model was trained on, so a changed config trains a new one.
+  key = "|".join(str(data_config.get(k)) for k in ("name", "size", "task", "min_length",
+                                                    "max_length", "num_pairs", "path",
+                                                    "text_key", "tokenizer_train_chars"))
+  digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+  return os.path.join(cache_dir, f"sentencepiece-{data_config.name}-{data_config.vocab_size}"
+                                 f"-{digest}.model")
+
+
+def _bytes(data_config, cache_dir):
+  del data_config, cache_dir
+  return BytesTokenizer()
+
+
+def _sentencepiece(data_config, cache_dir):
+  if not cache_dir:
+    raise ValueError("tokenizer 'sentencepiece' needs a cache_dir (the training workdir)")
+  path = sentencepiece_path(data_config, cache_dir)
+  if not os.path.exists(path):
+    train_sentencepiece(data_config, path)
+  return SentencePieceTokenizer(path)
+
+
+TOKENIZERS = {"bytes": _bytes, "sentencepiece": _sentencepiece}
+
+
+def get_tokenizer(data_config, cache_dir: str | None = None):
+  """The tokenizer named by data_config.tokenizer; sentencepiece is trained once per cache_dir."""
+  if data_config.tokenizer not in TOKENIZERS:
+    raise ValueError(f"unknown tokenizer {data_config.tokenizer!r}; valid: {sorted(TOKENIZERS)}")
+  return TOKENIZERS[data_config.tokenizer](data_config, cache_dir)
