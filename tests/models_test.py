@@ -1,0 +1,168 @@
+"""Whole-model properties: causality by gradient, packing, scan/remat equivalence, precision,
+padding, errors."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs.common import model_config, position_config
+from transformer import models
+
+SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
+
+
+def tiny(kind="decoder", scheme="rope", **kw):
+  base = dict(kind=kind, vocab_size=37, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
+              d_ff=48, max_len=32, position=position_config(scheme), attention="dense")
+  base.update(kw)
+  return model_config(**base)
+
+
+@functools.lru_cache(maxsize=None)
+def built(kind, scheme, **kw):
+  cfg = tiny(kind, scheme, **kw)
+  model = models.make_model(cfg)
+  variables = model.init(jax.random.key(0), *models.dummy_inputs(cfg, 1, 8))
+  return cfg, model, {"params": variables["params"]}
+
+
+def tokens(shape, seed=0):
+  return jnp.asarray(np.random.default_rng(seed).integers(4, 37, size=shape), jnp.int32)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_decoder_is_causal_by_gradient(scheme):
+  """d logits[i] / d embedded[j] is zero for every j > i, and nonzero for j <= i."""
+  cfg, model, variables = built("decoder", scheme)
+  x = tokens((1, 10))
+  _, perturb = model.apply(variables, x, mutable=["perturbations"])
+
+  def logit_sum_at(i, perturbations):
+    logits = model.apply({**variables, "perturbations": perturbations}, x)
+    return jnp.sum(logits[0, i])
+
+  for i in (0, 4, 9):
+    g = jax.grad(functools.partial(logit_sum_at, i))(perturb["perturbations"])
+    g = np.abs(np.asarray(jax.tree.leaves(g)[0][0])).sum(-1)
+    assert np.all(g[i + 1:] == 0), (scheme, i, g)
+    assert np.all(g[: i + 1] > 0), (scheme, i, g)
+
+
+@pytest.mark.parametrize("kind", ["decoder", "encoder"])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_packed_documents_equal_separate_documents(kind, scheme):
+  cfg, model, variables = built(kind, scheme)
+  a, b = tokens((1, 5), 1), tokens((1, 7), 2)
+  packed = jnp.concatenate([a, b, jnp.zeros((1, 3), jnp.int32)], axis=1)
+  seg = jnp.asarray([[1] * 5 + [2] * 7 + [0] * 3])
+  pos = jnp.asarray([list(range(5)) + list(range(7)) + [0] * 3])
+  out = model.apply(variables, packed, segment_ids=seg, positions=pos)
+  np.testing.assert_allclose(out[:, :5], model.apply(variables, a), atol=1e-5)
+  np.testing.assert_allclose(out[:, 5:12], model.apply(variables, b), atol=1e-5)
+  assert np.isfinite(np.asarray(out)).all()  # padding rows see nothing, yet no NaN
+
+
+@pytest.mark.parametrize("scheme", ["learned", "t5_bias", "rope"])
+def test_encoder_decoder_cross_attention_respects_encoder_padding(scheme):
+  cfg, model, variables = built("encoder_decoder", scheme)
+  enc = tokens((2, 6), 3)
+  dec = tokens((2, 5), 4)
+  enc_seg = jnp.asarray([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+  out = model.apply(variables, enc, dec, encoder_segment_ids=enc_seg)
+  changed_pad = enc.at[0, 4:].set(5)
+  out2 = model.apply(variables, changed_pad, dec, encoder_segment_ids=enc_seg)
+  np.testing.assert_allclose(out, out2, atol=1e-6)
+  changed_real = enc.at[0, 1].set(17)
+  out3 = model.apply(variables, changed_real, dec, encoder_segment_ids=enc_seg)
+  assert np.abs(out[0] - out3[0]).max() > 1e-5  # the decoder reads the encoder
+  # ... and its own future never: changing the last decoder token leaves earlier logits alone.
+  out4 = model.apply(variables, enc, dec.at[:, -1].set(7), encoder_segment_ids=enc_seg)
+  np.testing.assert_allclose(out[:, :-1], out4[:, :-1], atol=1e-6)
+
+
+def _stack_layers(params, num_layers):
+  """Unscanned params (layers_0, layers_1, ...) -> the scanned layout (layers, leading axis)."""
+  def convert(tree):
+    if not isinstance(tree, dict):
+      return tree
+    if "layers_0" in tree:
+      rest = {k: v for k, v in tree.items() if not k.startswith("layers_")}
+      layers = [tree[f"layers_{i}"] for i in range(num_layers)]
+      rest["layers"] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+      return rest
+    return {k: convert(v) for k, v in tree.items()}
+  return convert(params)
+
+
+@pytest.mark.parametrize("kind", ["decoder", "encoder_decoder"])
+def test_scan_and_remat_give_the_same_outputs_and_gradients(kind):
+  cfg, model, variables = built(kind, "alibi")
+  params = jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x,
+                        variables["params"], is_leaf=lambda x: hasattr(x, "unbox"))
+  args = (tokens((2, 9), 5),) * (2 if kind == "encoder_decoder" else 1)
+  loss = lambda m, p: jnp.mean(m.apply({"params": p}, *args) ** 2)
+  ref_out = model.apply({"params": params}, *args)
+  ref_grad = jax.grad(functools.partial(loss, model))(params)
+  for scan, remat in [(True, "none"), (False, "full"), (True, "dots")]:
+    other = models.make_model(tiny(kind, "alibi", scan_layers=scan, remat=remat))
+    p = _stack_layers(params, 2) if scan else params
+    np.testing.assert_allclose(other.apply({"params": p}, *args), ref_out, atol=1e-5)
+    g = jax.grad(functools.partial(loss, other))(p)
+    expected = _stack_layers(ref_grad, 2) if scan else ref_grad
+    for x, y in zip(jax.tree.leaves(g), jax.tree.leaves(expected)):
+      np.testing.assert_allclose(x, y, atol=1e-5)
+
+
+def test_bfloat16_compute_is_close_to_float32():
+  cfg, model, variables = built("decoder", "rope")
+  x = tokens((2, 12), 6)
+  ref = model.apply(variables, x)
+  bf16 = models.make_model(tiny("decoder", "rope", dtype="bfloat16"))
+  out = bf16.apply(variables, x)
+  assert out.dtype == jnp.float32  # logits come back in float32 for the loss
+  np.testing.assert_allclose(out, ref, atol=0.05)
+  probs_ref, probs = jax.nn.softmax(ref), jax.nn.softmax(out)
+  assert float(jnp.max(jnp.abs(probs - probs_ref))) < 0.01
+
+
+def test_params_carry_logical_axis_names():
+  cfg, model, variables = built("encoder_decoder", "t5_bias")
+  boxed = jax.tree.leaves(variables["params"], is_leaf=lambda x: hasattr(x, "names"))
+  assert boxed and all(hasattr(x, "names") for x in boxed)
+  names = {n for x in boxed for n in x.names}
+  assert {"vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "buckets"} <= names
+
+
+def test_attention_weights_are_captured_per_layer_and_head():
+  cfg, model, variables = built("decoder", "rope")
+  x = tokens((1, 7))
+  _, state = model.apply(variables, x, mutable=["intermediates"])
+  inter = state["intermediates"]["tower"]["stack"]
+  weights = [inter[f"layers_{i}"]["self_attention"]["attention_weights"][0] for i in range(2)]
+  for w in weights:
+    assert w.shape == (1, 4, 7, 7)
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+    assert np.all(np.triu(np.asarray(w[0, 0]), 1) == 0)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(d_model=30, num_heads=4), "not divisible"),
+    (dict(num_heads=4, num_kv_heads=3), "not a multiple"),
+    (dict(kind="seq2seq"), "valid: .*encoder_decoder"),
+    (dict(attention="flash"), "valid: .*chunked"),
+    (dict(ffn="swish"), "valid: .*swiglu"),
+    (dict(norm="batchnorm"), "valid: .*rmsnorm"),
+    (dict(position=position_config("xpos")), "valid: .*alibi"),
+])
+def test_bad_configs_raise_clear_errors(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    models.make_model(tiny(**overrides))
+
+
+def test_sequence_longer_than_learned_table_is_refused():
+  cfg, model, variables = built("decoder", "learned")
+  with pytest.raises(ValueError, match="exceeds the learned position table"):
+    model.apply(variables, tokens((1, 40)))
