@@ -1,0 +1,136 @@
+"""The inspect tool against the seeds' numbers and the reference implementations' counts."""
+
+import importlib
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from transformer import inspect
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+ARCH = {name: importlib.import_module(f"configs.arch.{name}").get_config()
+        for name in ("llama3_8b", "llama3_1_8b", "gpt2_small", "bert_base", "t5_small",
+                     "vaswani_base")}
+
+
+@pytest.fixture(scope="module")
+def llama():
+  return inspect.report(ARCH["llama3_8b"], length=131_072)
+
+
+def test_llama3_8b_numbers_from_the_seed(llama):
+  p = llama["params"]
+  assert p["total"] == 8_030_261_248
+  block = p["per_block"]["tower"]
+  assert block["ffn"] == pytest.approx(176e6, rel=0.01)  # "about 176 million weights"
+  assert block["attention"] == pytest.approx(42e6, rel=0.01)  # "about 42 million"
+  assert p["ffn_share"] == pytest.approx(0.70, abs=0.01)  # "roughly 70%"
+  kv = llama["kv_cache"]
+  assert kv["bytes_per_token"] == 131_072
+  assert kv["bytes_at_length"] / 1e9 == pytest.approx(17, abs=0.3)  # "about 17 GB" at 128k
+  assert kv["bytes_at_length_one_kv_per_head"] / 1e9 == pytest.approx(69, abs=0.5)
+  assert kv["tokens_where_cache_outweighs_weights"] == pytest.approx(122_000, rel=0.01)
+  assert llama["comparisons"] == dict(new_tokens=40, with_cache=820, without_cache=11_480)
+  assert llama["rope"]["pairs"] == 64
+  assert llama["rope"]["fastest_degrees_per_token"] == pytest.approx(57, abs=0.5)
+  assert llama["rope"]["slowest_tokens_per_turn"] == pytest.approx(2.5e6, rel=0.05)
+
+
+def test_score_entries_at_100k_tokens():
+  r = inspect.report(ARCH["llama3_8b"], length=100_000)
+  assert r["score_entries_per_head"]["entries"] == 10_000_000_000
+
+
+def test_llama3_1_shares_the_count_and_extends_context():
+  r = inspect.report(ARCH["llama3_1_8b"])
+  assert r["params"]["total"] == 8_030_261_248
+  assert r["kv_cache"]["bytes_at_max_len"] == 131_072 * 131_072
+
+
+# Hugging Face transformers' model.num_parameters() for these architectures (GPT2LMHeadModel
+# "gpt2", BertForMaskedLM "bert-base-uncased", T5ForConditionalGeneration "t5-small",
+# LlamaForCausalLM "Meta-Llama-3-8B"); recomputed from transformers below when installed.
+HF_COUNTS = {"gpt2_small": 124_439_808, "bert_base": 109_514_298, "t5_small": 60_506_624,
+             "llama3_8b": 8_030_261_248}
+
+
+@pytest.mark.parametrize("name", sorted(HF_COUNTS))
+def test_presets_match_reference_parameter_counts(name):
+  assert inspect.count_params(ARCH[name].model)["total"] == HF_COUNTS[name]
+
+
+def _hf_count(name):
+  transformers = pytest.importorskip("transformers", reason="interop extra not installed")
+  torch = pytest.importorskip("torch")
+  configs = {
+      "gpt2_small": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config()),
+      "bert_base": lambda: transformers.BertForMaskedLM(transformers.BertConfig()),
+      "t5_small": lambda: transformers.T5ForConditionalGeneration(transformers.T5Config(
+          vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8)),
+      "llama3_8b": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
+          vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+          num_attention_heads=32, num_key_value_heads=8)),
+  }
+  with torch.device("meta"):
+    return configs[name]().num_parameters()
+
+
+@pytest.mark.parametrize("name", sorted(HF_COUNTS))
+def test_reference_counts_recomputed_with_transformers(name):
+  assert _hf_count(name) == HF_COUNTS[name]
+
+
+def test_vaswani_base_layers_match_torch_reference():
+  torch = pytest.importorskip("torch", reason="interop extra not installed")
+  p = inspect.count_params(ARCH["vaswani_base"].model)
+  enc = torch.nn.TransformerEncoderLayer(512, 8, 2048)
+  dec = torch.nn.TransformerDecoderLayer(512, 8, 2048)
+  size = lambda m: sum(x.numel() for x in m.parameters())
+  enc_block, dec_block = p["per_block"]["encoder"], p["per_block"]["decoder"]
+  assert enc_block["attention"] + enc_block["ffn"] + enc_block["norms"] == size(enc)
+  assert dec_block["attention"] + dec_block["ffn"] + dec_block["norms"] == size(dec)
+  assert p["total"] == 37_000 * 512 + 6 * size(enc) + 6 * size(dec)
+
+
+def test_vaswani_base_is_the_papers_size():
+  # Table 3 of the paper lists 65M parameters for the base model; the shared 37k table
+  # without final norms gives 63.1M (the paper's count included details it does not state).
+  assert inspect.count_params(ARCH["vaswani_base"].model)["total"] / 1e6 == pytest.approx(
+      65, abs=2.5)
+
+
+def test_flops_per_token_formula():
+  cfg = ARCH["gpt2_small"].model
+  f = inspect.flops_per_token(cfg, 1024)
+  n = inspect.count_params(cfg)["non_embedding"]
+  assert f["total"] == 6 * n + 6 * 12 * 1024 * 768
+
+
+def test_comparisons_count_the_triangles():
+  for n in (1, 7, 40):
+    c = inspect.comparisons(n)
+    assert c["with_cache"] == n * (n + 1) // 2
+    assert c["without_cache"] == sum(t * (t + 1) // 2 for t in range(1, n + 1))
+
+
+def test_cli_json_with_override():
+  out = subprocess.run(
+      [sys.executable, "-m", "transformer.inspect", "--config", "configs/arch/llama3_8b.py",
+       "--json", "--config.model.num_kv_heads=32"],
+      capture_output=True, text=True, check=True, cwd=ROOT)
+  r = json.loads(out.stdout)
+  for key in ("total", "non_embedding"):
+    assert key in r["params"]
+  assert r["kv_cache"]["bytes_per_token"] == 4 * 131_072  # one KV set per head
+  assert "flops_per_token" in r and r["kv_cache"]["bytes_at_max_len"] == 4 * 131_072 * 8192
+
+
+def test_cli_rejects_unknown_keys():
+  out = subprocess.run(
+      [sys.executable, "-m", "transformer.inspect", "--config", "configs/arch/gpt2_small.py",
+       "--config.model.num_kv_head=1"], capture_output=True, text=True, cwd=ROOT)
+  assert out.returncode != 0 and "num_kv_head" in out.stderr

@@ -1,0 +1,211 @@
+"""What a model config costs, without allocating its weights (jax.eval_shape).
+
+  python -m transformer.inspect --config configs/arch/llama3_8b.py [--json] [--length 100000]
+
+Counts come from the real module's abstract parameters, so they cannot drift from the model.
+Conventions:
+  * non-embedding parameters exclude the token table, an untied output projection, learned
+    position tables and token-type tables (Kaplan et al. 2020);
+  * training FLOPs per token = 6 N + 6 n_layers n_ctx d_attn (Kaplan et al. 2020, Table 1:
+    forward 2N + 2 n_layer n_ctx d_attn, backward twice that), N non-embedding, d_attn =
+    num_heads * head_dim, n_ctx the sequence length; for an encoder-decoder both stacks count;
+  * attention comparisons count query-key dot products per head per layer, as the seed does.
+"""
+
+import json
+import math
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import app, flags
+from ml_collections import config_flags
+
+from transformer import models
+from transformer.positions import rope_frequencies
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "float8": 1}
+
+
+def _abstract_params(cfg):
+  model = models.make_model(cfg)
+  shapes = jax.eval_shape(model.init, jax.random.key(0), *models.dummy_inputs(cfg, 1, 2))
+  return shapes["params"]
+
+
+def _size(tree) -> int:
+  leaves = jax.tree.leaves(tree, is_leaf=lambda x: hasattr(x, "unbox"))
+  return int(sum(math.prod((x.unbox() if hasattr(x, "unbox") else x).shape) for x in leaves))
+
+
+def _embedding_like(path) -> bool:
+  names = [getattr(k, "key", str(k)) for k in path]
+  last = names[-1]
+  return (last in ("embedding", "token_type_embedding", "pos_embedding")
+          or (names[-2:] == ["logits", "kernel"]))
+
+
+def _layers_of(tower, cfg):
+  """The per-layer param subtrees of a tower (scanned stacks hold a leading layer axis)."""
+  stack = tower["stack"]
+  if "layers" in stack:
+    return [stack["layers"]], cfg.num_layers
+  return [stack[f"layers_{i}"] for i in range(len(stack))], 1
+
+
+def count_params(cfg: ml_collections.ConfigDict) -> dict:
+  """Total, non-embedding, per-block attention / feed-forward / norm, feed-forward share."""
+  params = _abstract_params(cfg)
+  flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: hasattr(x, "unbox"))[0]
+  total = _size(params)
+  embedding = sum(_size(x) for path, x in flat if _embedding_like(path))
+  towers = {k: v for k, v in params.items() if k in ("tower", "encoder", "decoder")}
+  per_block, ffn_total = {}, 0
+  for name, tower in towers.items():
+    layers, scan = _layers_of(tower, cfg)
+    first = layers[0]
+    attn = sum(_size(first[k]) for k in ("self_attention", "cross_attention") if k in first)
+    ffn = _size(first["ffn"])
+    norms = sum(_size(v) for k, v in first.items() if k.endswith("_norm"))
+    n_layers = len(layers) * scan
+    per_block[name] = dict(attention=attn // scan, ffn=ffn // scan, norms=norms // scan,
+                           num_layers=n_layers)
+    ffn_total += sum(_size(layer["ffn"]) for layer in layers)
+  return dict(total=total, non_embedding=total - embedding, embedding=embedding,
+              per_block=per_block, ffn_share=ffn_total / total)
+
+
+def _attention_layers(cfg) -> int:
+  if cfg.kind == "encoder_decoder":
+    return (cfg.num_encoder_layers or cfg.num_layers) + 2 * (cfg.num_decoder_layers or
+                                                             cfg.num_layers)
+  return cfg.num_layers
+
+
+def flops_per_token(cfg: ml_collections.ConfigDict, seq_len: int, non_embedding=None) -> dict:
+  """Training FLOPs per token (forward + backward), Kaplan et al.'s convention."""
+  n = count_params(cfg)["non_embedding"] if non_embedding is None else non_embedding
+  d_attn = cfg.num_heads * models.head_dim(cfg)
+  context = min(seq_len, cfg.window) if cfg.window else seq_len
+  attention = 6 * _attention_layers(cfg) * context * d_attn
+  return dict(total=6 * n + attention, dense=6 * n, attention=attention,
+              formula=f"6*N + 6*n_attn_layers*n_ctx*d_attn = 6*{n} + 6*"
+                      f"{_attention_layers(cfg)}*{context}*{d_attn}")
+
+
+def kv_cache_bytes(cfg: ml_collections.ConfigDict, length: int, dtype_bytes: int,
+                   encoder_length: int = 0) -> int:
+  """Bytes of keys and values a decode cache holds for one sequence of `length` tokens.
+
+  Decoder self-attention keeps K heads of head_dim per layer (bounded by the window); an
+  encoder-decoder also keeps cross-attention keys/values of its `encoder_length` tokens.
+  """
+  per_token = 2 * models.num_kv_heads(cfg) * models.head_dim(cfg) * dtype_bytes
+  if cfg.kind == "encoder":
+    return 0
+  layers = cfg.num_decoder_layers or cfg.num_layers if cfg.kind == "encoder_decoder" else (
+      cfg.num_layers)
+  kept = min(length, cfg.window) if cfg.window else length
+  cross = encoder_length if cfg.kind == "encoder_decoder" else 0
+  return layers * per_token * (kept + cross)
+
+
+def comparisons(n_new: int, prompt: int = 0) -> dict:
+  """Query-key dot products per head per layer to generate n_new tokens after a prompt.
+
+  With a cache, token t (1-based) compares its query with t keys; without one, every step
+  recomputes the whole triangle t (t + 1) / 2."""
+  steps = range(prompt + 1, prompt + n_new + 1)
+  return dict(with_cache=sum(steps), without_cache=sum(t * (t + 1) // 2 for t in steps))
+
+
+def report(cfg: ml_collections.ConfigDict, length: int | None = None, dtype: str = "bfloat16",
+           new_tokens: int = 40) -> dict:
+  model = cfg.model if "model" in cfg else cfg
+  length = length or model.max_len
+  dbytes = DTYPE_BYTES[dtype]
+  params = count_params(model)
+  flops = flops_per_token(model, model.max_len, params["non_embedding"])
+  out = dict(kind=model.kind, params=params, flops_per_token=flops["total"],
+             flops_per_token_terms=flops)
+  param_bytes = params["total"] * DTYPE_BYTES.get(model.param_dtype, 4)
+  per_token = kv_cache_bytes(model, 1, dbytes)
+  kv = dict(dtype=dtype, bytes_per_token=per_token,
+            bytes_at_max_len=kv_cache_bytes(model, model.max_len, dbytes),
+            length=length, bytes_at_length=kv_cache_bytes(model, length, dbytes))
+  if per_token:
+    mha = ml_collections.ConfigDict(model.to_dict())
+    mha.num_kv_heads = model.num_heads
+    kv["bytes_at_length_one_kv_per_head"] = kv_cache_bytes(mha, length, dbytes)
+    kv["param_bytes"] = param_bytes
+    kv["tokens_where_cache_outweighs_weights"] = math.ceil(param_bytes / per_token)
+  out["kv_cache"] = kv
+  out["score_entries_per_head"] = dict(length=length, entries=length * length)
+  out["comparisons"] = dict(new_tokens=new_tokens, **comparisons(new_tokens))
+  if model.position.name == "rope":
+    inv_freq, _, rot = rope_frequencies(model.position, models.head_dim(model), model.max_len)
+    out["rope"] = dict(pairs=rot // 2,
+                       fastest_degrees_per_token=float(np.degrees(inv_freq.max())),
+                       slowest_tokens_per_turn=float(2 * np.pi / inv_freq.min()))
+  return out
+
+
+def _human(n: float, unit: str = "") -> str:
+  for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    if abs(n) >= scale:
+      return f"{n / scale:.2f} {suffix}{unit}"
+  return f"{n:.0f} {unit}"
+
+
+def print_report(r: dict) -> None:
+  p, kv = r["params"], r["kv_cache"]
+  print(f"kind: {r['kind']}")
+  print(f"parameters: {p['total']:,} total, {p['non_embedding']:,} non-embedding "
+        f"({p['embedding']:,} in embeddings/output tables)")
+  for name, b in p["per_block"].items():
+    print(f"  per {name} block (x{b['num_layers']}): attention {b['attention']:,}, "
+          f"feed-forward {b['ffn']:,}, norms {b['norms']:,}")
+  print(f"  feed-forward share of all parameters: {100 * p['ffn_share']:.1f}%")
+  f = r["flops_per_token_terms"]
+  print(f"training FLOPs per token: {_human(f['total'], 'FLOP')}  ({f['formula']})")
+  if kv["bytes_per_token"]:
+    print(f"KV cache ({kv['dtype']}): {kv['bytes_per_token']:,} bytes per token; "
+          f"{_human(kv['bytes_at_length'], 'B')} at {kv['length']:,} tokens; "
+          f"{_human(kv['bytes_at_length_one_kv_per_head'], 'B')} with one KV set per head")
+    print(f"  one sequence's cache outweighs the weights ({_human(kv['param_bytes'], 'B')}) "
+          f"past {kv['tokens_where_cache_outweighs_weights']:,} tokens")
+  s = r["score_entries_per_head"]
+  print(f"score-matrix entries per head at {s['length']:,} tokens: {s['entries']:,}")
+  c = r["comparisons"]
+  print(f"comparisons to generate {c['new_tokens']} tokens: {c['with_cache']:,} with a cache, "
+        f"{c['without_cache']:,} without")
+  if "rope" in r:
+    ro = r["rope"]
+    print(f"RoPE: {ro['pairs']} pairs from {ro['fastest_degrees_per_token']:.1f} degrees per "
+          f"token to one turn every {ro['slowest_tokens_per_turn']:,.0f} tokens")
+
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file with a `model` entry.")
+_JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of text.")
+_LENGTH = flags.DEFINE_integer("length", None, "Sequence length for the length-dependent "
+                               "figures (default: model.max_len).")
+_DTYPE = flags.DEFINE_enum("dtype", "bfloat16", sorted(DTYPE_BYTES), "KV-cache element type.")
+_NEW = flags.DEFINE_integer("new_tokens", 40, "Generated tokens for the comparison count.")
+
+
+def main(argv):
+  del argv
+  if _CONFIG.value is None:
+    sys.exit("--config is required, e.g. --config configs/arch/llama3_8b.py")
+  r = report(_CONFIG.value, _LENGTH.value, _DTYPE.value, _NEW.value)
+  if _JSON.value:
+    print(json.dumps(r, indent=1))
+  else:
+    print_report(r)
+
+
+if __name__ == "__main__":
+  jax.config.update("jax_platforms", "cpu")
+  app.run(main)
