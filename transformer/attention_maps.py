@@ -48,21 +48,22 @@ def plot_heads(weights_NLS: np.ndarray, query_labels, path: str, key_labels=None
   cols = min(n, 4)
   rows = math.ceil(n / cols)
   size = 0.28 * max(len(query_labels), len(key_labels)) + 1.5
-  fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size), squeeze=False)
+  fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 1, rows * size), squeeze=False,
+                           layout="constrained")
   for h in range(rows * cols):
     ax = axes[h // cols][h % cols]
     if h >= n:
       ax.axis("off")
       continue
-    ax.imshow(weights_NLS[h], cmap="viridis", vmin=0.0, vmax=1.0)
+    image = ax.imshow(weights_NLS[h], cmap="viridis", vmin=0.0, vmax=1.0)
     ax.set_title(f"head {h}", fontsize=9)
     ax.set_xticks(range(len(key_labels)), key_labels, rotation=90, fontsize=7)
     ax.set_yticks(range(len(query_labels)), query_labels, fontsize=7)
     ax.set_xlabel("key (attended-to token)", fontsize=7)
     ax.set_ylabel("query token", fontsize=7)
+  fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
   if title:
     fig.suptitle(title)
-  fig.tight_layout()
   fig.savefig(path, dpi=120, bbox_inches="tight")
   plt.close(fig)
   return path
