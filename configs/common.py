@@ -78,3 +78,118 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
   ))
   cfg.update(overrides)
   return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# Size presets and the rest of an experiment config (training, optimizer, mesh). Families
+# (lm.py, mlm.py, seq2seq.py) combine these with a model kind, a dataset and an objective.
+
+# Model sizes picked by `:size=NAME`. xs trains in seconds (tests), s in minutes on a laptop
+# CPU; m and l are the training benchmark's W1 and W2 shapes.
+SIZES = {
+    "xs": dict(d_model=64, num_layers=2, num_heads=2, d_ff=256),
+    "s": dict(d_model=128, num_layers=4, num_heads=4, d_ff=512),
+    "m": dict(d_model=256, num_layers=4, num_heads=4, d_ff=1024),
+    "l": dict(d_model=512, num_layers=8, num_heads=8, d_ff=2048),
+    "xl": dict(d_model=1024, num_layers=16, num_heads=16, d_ff=4096),
+}
+
+
+def parse_args(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+  """Parse a config file's "key=value,key=value" argument against typed defaults.
+
+  Values take the type of their default, so `size=xs,steps=100` gives a str and an int; a key
+  without a default is an error listing the valid keys.
+  """
+  args = ml_collections.ConfigDict(defaults)
+  for item in filter(None, (arg or "").split(",")):
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    if not sep or key not in defaults:
+      raise ValueError(f"bad config argument {item!r}; expected key=value with key in "
+                       f"{sorted(defaults)}")
+    kind = type(defaults[key])
+    if kind is bool:
+      if value.lower() not in ("true", "false", "1", "0"):
+        raise ValueError(f"config argument {key} needs true or false, got {value!r}")
+      args[key] = value.lower() in ("true", "1")
+    else:
+      try:
+        args[key] = kind(value)
+      except ValueError:
+        raise ValueError(f"config argument {key} needs a {kind.__name__}, "
+                         f"got {value!r}") from None
+  return args
+
+
+def size_config(size: str) -> dict:
+  if size not in SIZES:
+    raise ValueError(f"unknown size {size!r}; valid: {list(SIZES)}")
+  return dict(SIZES[size])
+
+
+def train_config(**overrides) -> ml_collections.ConfigDict:
+  """The loop: length, batch, cadence of logs/evals/checkpoints. Steps count updates."""
+  cfg = ml_collections.ConfigDict(dict(
+      steps=1000,
+      batch_size=32,  # global, in sequences; split over data x fsdp and all hosts
+      seed=0,
+      log_every=50,
+      eval_every=250,  # a multiple of checkpoint_every lets "keep the best" see each eval
+      eval_batches=8,
+      train_split="train",
+      eval_split="validation",
+      checkpoint_every=250,
+      keep_checkpoints=3,  # the most recent ones, plus the best (by eval loss) ones:
+      keep_best=1,
+      async_checkpoint=True,
+      data_shards=0,  # data streams the global batch is cut into; 0 = one per process
+      peak_flops=0.0,  # per device, for MFU; 0 = look up the chip or measure a CPU
+  ))
+  cfg.update(overrides)
+  return cfg
+
+
+def opt_config(**overrides) -> ml_collections.ConfigDict:
+  cfg = ml_collections.ConfigDict(dict(
+      name="adamw",  # adamw | adafactor | lion | sgd
+      lr=3e-3,
+      schedule="cosine",  # cosine | linear | rsqrt | constant | wsd
+      warmup_steps=100,
+      min_lr_ratio=0.1,  # cosine / linear / wsd end at lr * min_lr_ratio
+      decay_fraction=0.2,  # wsd: the share of steps spent cooling down
+      weight_decay=0.1,  # on matrices only; never on norm scales or biases
+      b1=0.9,
+      b2=0.95,
+      eps=1e-8,
+      momentum=0.9,  # sgd
+      nesterov=False,  # sgd
+      adafactor_momentum=False,
+      clip_norm=1.0,  # global gradient norm; 0 = off
+      grad_accum_steps=1,  # micro-batches per update (same result, less activation memory)
+  ))
+  cfg.update(overrides)
+  return cfg
+
+
+def objective_config(name: str, **overrides) -> ml_collections.ConfigDict:
+  cfg = ml_collections.ConfigDict(dict(
+      name=name,  # lm | mlm | seq2seq
+      label_smoothing=0.0,
+      z_loss=0.0,  # PaLM uses 1e-4
+  ))
+  cfg.update(overrides)
+  return cfg
+
+
+def experiment_config(model, data, objective, **train_overrides) -> ml_collections.ConfigDict:
+  """The whole experiment: model, data, objective, train, opt and mesh blocks."""
+  return ml_collections.ConfigDict(dict(
+      model=model,
+      data=data,
+      objective=objective,
+      train=train_config(**train_overrides),
+      opt=opt_config(),
+      # (data, fsdp, tensor); one entry may be -1 = all remaining devices.
+      mesh=ml_collections.ConfigDict(dict(shape=(-1, 1, 1))),
+  ))
