@@ -1,0 +1,121 @@
+"""Tiny training runs for the tests: a config helper, and a subprocess entry point that can
+stop itself at chosen moments (a signal at step k, SIGKILL halfway through a save).
+
+    python tests/tiny_run.py --workdir W --data_dir D [--set train.steps=6 ...]
+        [--signal_at_step 3:SIGTERM] [--kill_during_save_of_step 4]
+        [--coordinator_address localhost:1234 --num_processes 2 --process_id 0]
+
+Prints one JSON line {"losses": [...], "summary": {...}} on success.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+
+def use_compilation_cache(directory: str) -> dict[str, str]:
+  """Share compiled programs between the tests' many identical tiny runs (XLA:CPU compiles
+  dominate their time); returns the environment that does the same for subprocesses."""
+  import jax
+  jax.config.update("jax_compilation_cache_dir", directory)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  return dict(os.environ, JAX_COMPILATION_CACHE_DIR=directory,
+              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+
+
+def tiny_config(data_dir: str, family: str = "lm", **overrides):
+  """An xs model on the tiny corpus, 32-token rows, logging every step."""
+  import importlib
+  config = importlib.import_module(f"configs.{family}").get_config("size=xs")
+  config.data.size = "tiny"
+  config.data.data_dir = data_dir
+  config.data.seq_len = 32
+  config.model.max_len = 64
+  config.train.update(dict(steps=3, batch_size=8, log_every=1, eval_every=1000,
+                           checkpoint_every=1000, eval_batches=1, peak_flops=1e12))
+  config.opt.warmup_steps = 2
+  config.opt.lr = 1e-2
+  for key, value in overrides.items():
+    set_key(config, key, value)
+  return config
+
+
+def set_key(config, dotted: str, value) -> None:
+  *parents, leaf = dotted.split(".")
+  for p in parents:
+    config = config[p]
+  if isinstance(value, str) and not isinstance(config[leaf], str):
+    value = json.loads(value) if not isinstance(config[leaf], tuple) else tuple(json.loads(value))
+  config[leaf] = value
+
+
+def losses(workdir: str) -> dict[int, float]:
+  """{step: training loss} from metrics.jsonl (the last entry wins, as after a resume)."""
+  out = {}
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    for line in f:
+      row = json.loads(line)
+      out[row["step"]] = row["loss"]
+  return out
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--workdir", required=True)
+  parser.add_argument("--data_dir", required=True)
+  parser.add_argument("--family", default="lm")
+  parser.add_argument("--set", action="append", default=[], help="dotted.key=json_value")
+  parser.add_argument("--signal_at_step", default="")
+  parser.add_argument("--kill_during_save_of_step", type=int, default=0)
+  parser.add_argument("--coordinator_address", default="")
+  parser.add_argument("--num_processes", type=int, default=0)
+  parser.add_argument("--process_id", type=int, default=-1)
+  args = parser.parse_args()
+
+  from transformer import sharding
+  sharding.initialize_distributed(args.coordinator_address, args.num_processes,
+                                  args.process_id)
+  from transformer import data_shards, train
+
+  if args.signal_at_step:
+    step, name = args.signal_at_step.split(":")
+    # Raise the signal while the loop fetches the batch of step `step`: the loop finishes
+    # that step, then checkpoints and exits.
+    original_next = data_shards.ShardedBatches.__next__
+    calls = {"n": 0}
+    def next_then_signal(self):
+      if self.split == "train":
+        calls["n"] += 1
+        if calls["n"] == int(step):
+          os.kill(os.getpid(), getattr(signal, name))
+      return original_next(self)
+    data_shards.ShardedBatches.__next__ = next_then_signal
+
+  if args.kill_during_save_of_step:
+    # Die after every file of that step is written but before orbax renames its temporary
+    # directory into place: the most inconvenient moment for a restart.
+    from orbax.checkpoint._src.path import atomicity
+    original_finalize = atomicity.AtomicRenameTemporaryPath.finalize
+    async def finalize_or_die(self):
+      if self.get_final().name == str(args.kill_during_save_of_step):
+        os.kill(os.getpid(), signal.SIGKILL)
+      return await original_finalize(self)
+    atomicity.AtomicRenameTemporaryPath.finalize = finalize_or_die
+
+  overrides = dict(item.split("=", 1) for item in args.set)
+  config = tiny_config(args.data_dir, args.family, **overrides)
+  summary = train.train_and_evaluate(config, args.workdir)
+  out = {"summary": {k: v for k, v in summary.items() if k != "config"}}
+  if os.path.exists(os.path.join(args.workdir, "metrics.jsonl")):
+    out["losses"] = losses(args.workdir)
+  print(json.dumps(out))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,192 @@
+"""The training loop end to end on an xs model: outputs, exact resume, signals, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import tiny_run
+from transformer import checkpoint, tensorboard_events, train
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+ENV = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+  ENV.update(tiny_run.use_compilation_cache(
+      str(tmp_path_factory.getbasetemp().parent / "jax_cache")))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("tfds"))
+
+
+def run(workdir, data_dir, *flags, check=True, sets=()):
+  """tests/tiny_run.py in a subprocess; returns its JSON line (or the CompletedProcess)."""
+  cmd = [sys.executable, os.path.join(HERE, "tiny_run.py"), "--workdir", str(workdir),
+         "--data_dir", data_dir, *flags]
+  for s in sets:
+    cmd += ["--set", s]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=ENV)
+  if not check:
+    return proc
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def params_of(workdir):
+  _, _, params, _ = checkpoint.load_for_inference(str(workdir))
+  return jax.tree.leaves(jax.device_get(params))
+
+
+def test_run_writes_config_metrics_events_summary_and_checkpoint(tmp_path, data_dir):
+  config = tiny_run.tiny_config(data_dir, **{"train.steps": 4, "train.eval_every": 2,
+                                             "train.checkpoint_every": 2})
+  summary = train.train_and_evaluate(config, str(tmp_path))
+
+  assert json.load(open(tmp_path / "config.json"))["model"]["d_model"] == 64
+  rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert [r["step"] for r in rows] == [1, 2, 3, 4]
+  for key in ("loss", "learning_rate", "tokens", "tokens_per_s", "step_time_s", "mfu"):
+    assert all(key in r for r in rows), key
+  assert "compile_time_s" in rows[0]
+  assert {"eval_loss", "eval_perplexity", "eval_accuracy"} <= set(rows[1]) & set(rows[3])
+  assert rows[3]["tokens"] == 4 * 8 * 32
+
+  events = os.listdir(tmp_path / "tensorboard")
+  scalars = tensorboard_events.read_scalars(str(tmp_path / "tensorboard" / events[0]))
+  assert (4, "loss", pytest.approx(rows[3]["loss"], rel=1e-6)) in scalars
+
+  on_disk = json.load(open(tmp_path / "summary.json"))
+  for key in ("final_eval_loss", "params_total", "params_non_embedding", "tokens", "flops",
+              "flops_per_token", "wall_time_s", "step", "config"):
+    assert key in on_disk, key
+  assert on_disk["flops"] == on_disk["flops_per_token"] * on_disk["tokens"]
+  assert on_disk["config"]["model.d_model"] == 64
+  assert summary["final_eval_loss"] == pytest.approx(rows[3]["eval_loss"])
+
+  config, model_config, params, tokenizer = checkpoint.load_for_inference(str(tmp_path))
+  assert model_config.d_model == 64 and tokenizer.vocab_size <= model_config.vocab_size
+  assert params["embedder"]["embedding"].shape == (model_config.vocab_size, 64)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, data_dir):
+  workdir = tmp_path_factory.mktemp("uninterrupted")
+  out = run(workdir, data_dir, sets=["train.steps=6", "train.checkpoint_every=2"])
+  return workdir, out
+
+
+def test_sigterm_saves_and_the_resumed_run_is_bitwise_identical(tmp_path, data_dir,
+                                                                 uninterrupted):
+  reference_dir, reference = uninterrupted
+  sets = ["train.steps=6", "train.checkpoint_every=2"]
+  first = run(tmp_path, data_dir, "--signal_at_step", "3:SIGTERM", sets=sets)
+  assert first["summary"] == {"step": 3, "stopped": True}
+  assert 3 in checkpoint.make_manager(str(tmp_path)).all_steps()  # saved off-cadence
+
+  resumed = run(tmp_path, data_dir, sets=sets)
+  # Bitwise on CPU: the same compiled program sees the same parameters, optimizer state,
+  # step, RNG key and data position, so nothing is left to differ.
+  assert resumed["losses"] == reference["losses"]
+  for a, b in zip(params_of(tmp_path), params_of(reference_dir)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_sigkill_during_a_save_restarts_from_the_last_complete_checkpoint(
+    tmp_path, data_dir, uninterrupted):
+  reference_dir, reference = uninterrupted
+  sets = ["train.steps=6", "train.checkpoint_every=2"]
+  killed = run(tmp_path, data_dir, "--kill_during_save_of_step", "4", sets=sets, check=False)
+  assert killed.returncode == -9
+  assert checkpoint.make_manager(str(tmp_path)).latest_step() == 2
+  assert any("tmp" in name for name in os.listdir(tmp_path / "checkpoints"))
+
+  resumed = run(tmp_path, data_dir, sets=sets)
+  assert resumed["losses"] == reference["losses"]
+  for a, b in zip(params_of(tmp_path), params_of(reference_dir)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_incompatible_checkpoint_is_refused_and_nothing_is_overwritten(tmp_path, data_dir):
+  train.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 1}), str(tmp_path))
+  before = (tmp_path / "config.json").read_text()
+  wider = tiny_run.tiny_config(data_dir, **{"train.steps": 2, "model.d_model": 128})
+  with pytest.raises(ValueError, match=r"different model \(model.d_model: 64 saved vs 128 now"):
+    train.train_and_evaluate(wider, str(tmp_path))
+  assert (tmp_path / "config.json").read_text() == before
+  assert checkpoint.make_manager(str(tmp_path)).all_steps() == [1]
+
+
+def test_gradient_accumulation_matches_the_full_batch(tmp_path, data_dir):
+  full = train.train_and_evaluate(
+      tiny_run.tiny_config(data_dir, **{"train.steps": 2}), str(tmp_path / "full"))
+  accum = train.train_and_evaluate(
+      tiny_run.tiny_config(data_dir, **{"train.steps": 2, "opt.grad_accum_steps": 4}),
+      str(tmp_path / "accum"))
+  a, b = tiny_run.losses(str(tmp_path / "full")), tiny_run.losses(str(tmp_path / "accum"))
+  np.testing.assert_allclose([a[1], a[2]], [b[1], b[2]], rtol=1e-5)
+  assert full["final_eval_loss"] == pytest.approx(accum["final_eval_loss"], rel=1e-5)
+
+
+def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, data_dir):
+  config = tiny_run.tiny_config(data_dir, **{
+      "train.steps": 6, "train.checkpoint_every": 1, "opt.schedule": "linear",
+      "opt.clip_norm": 0.0, "opt.name": "sgd", "opt.momentum": 0.0, "opt.warmup_steps": 0})
+  config.opt.lr = 1e30  # the first update overflows the weights
+  with pytest.raises(FloatingPointError, match="not finite at step 2"):
+    train.train_and_evaluate(config, str(tmp_path))
+  assert checkpoint.make_manager(str(tmp_path)).all_steps() == [1]
+
+
+@pytest.mark.parametrize("family", ["mlm", "seq2seq"])
+def test_other_families_train(tmp_path, data_dir, family):
+  config = tiny_run.tiny_config(data_dir, family, **{"train.steps": 8})
+  if family == "seq2seq":
+    config.data.update(dict(max_length=8, seq_len=16))
+  train.train_and_evaluate(config, str(tmp_path))
+  rows = tiny_run.losses(str(tmp_path))
+  assert rows[8] < rows[1]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"data.name": "no_such_data"}, "unknown dataset .no_such_data.: built-in datasets are"),
+    ({"data.tokenizer": "wordpiece"}, "unknown tokenizer 'wordpiece'; valid: "),
+    ({"opt.grad_accum_steps": 3}, "not divisible by the data-parallel size 1 .* times "
+                                  "opt.grad_accum_steps=3"),
+    ({"model.position.name": "learned", "data.seq_len": 100},
+     "data.seq_len=100 exceeds what model.position.name='learned' allows"),
+    ({"opt.name": "adam"}, "unknown opt.name 'adam'; valid: "),
+])
+def test_bad_input_is_one_clear_error_before_compute(tmp_path, data_dir, overrides, message):
+  with pytest.raises(ValueError, match=message):
+    train.train_and_evaluate(tiny_run.tiny_config(data_dir, **overrides), str(tmp_path))
+  assert not os.path.exists(tmp_path / "checkpoints")
+
+
+def test_unwritable_workdir(tmp_path, data_dir):
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  with pytest.raises(ValueError, match="cannot write to --workdir"):
+    train.train_and_evaluate(tiny_run.tiny_config(data_dir), str(blocker / "run"))
+
+
+def test_command_line_is_locked_and_errors_are_one_line(tmp_path):
+  base = [sys.executable, "-m", "transformer.train", "--config", "configs/lm.py:size=xs",
+          "--workdir", str(tmp_path)]
+  typo = subprocess.run(base + ["--config.train.stepz=3"], capture_output=True, text=True,
+                        cwd=ROOT, timeout=300, env=ENV)
+  assert typo.returncode != 0 and "stepz" in typo.stderr
+  bad = subprocess.run(base + ["--config.data.tokenizer=nope"], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300, env=ENV)
+  assert bad.returncode == 1
+  assert bad.stderr.strip().splitlines()[-1].startswith("error: unknown tokenizer 'nope'")

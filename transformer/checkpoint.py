@@ -1,0 +1,151 @@
+"""Orbax checkpoints of a training run: what is saved, when it is kept, how it is found again.
+
+A checkpoint at step k holds everything needed to continue exactly as if never stopped:
+  params       the model parameters (restorable alone, for inference)
+  train_state  optimizer state, step counter and the base RNG key
+  data         every data shard's iterator position (JSON, written by process 0)
+  meta         the full experiment config, to refuse resuming a different model
+Orbax writes each step into a temporary directory and renames it only once complete, so a
+process killed mid-save leaves the previous checkpoint as the latest one.
+"""
+
+import json
+import os
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+from orbax.checkpoint import checkpoint_managers
+
+# Model keys that choose *how* the same function is computed, not *what* it is: changing them
+# on resume is allowed (e.g. switch attention kernels or add remat to fit a bigger batch).
+RUNTIME_ONLY_MODEL_KEYS = ("attention", "attention_chunk", "remat")
+
+
+def make_manager(workdir: str, keep: int = 3, keep_best: int = 1,
+                 async_save: bool = True) -> ocp.CheckpointManager:
+  """Keeps the last `keep` checkpoints plus the `keep_best` lowest eval losses."""
+  policies = [checkpoint_managers.LatestN(n=keep)]
+  if keep_best > 0:
+    policies.append(checkpoint_managers.BestN(
+        get_metric_fn=lambda m: m["eval_loss"], reverse=True, n=keep_best,
+        keep_checkpoints_without_metrics=False))
+  options = ocp.CheckpointManagerOptions(
+      preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies),
+      # best_fn also makes the manager store each save's metrics next to it.
+      best_fn=lambda m: m["eval_loss"], best_mode="min",
+      enable_async_checkpointing=async_save,
+      create=True)
+  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
+                               options=options)
+
+
+def save(manager, step: int, state: dict, data_state: dict, config, eval_loss=None,
+         force: bool = False) -> bool:
+  """Start an (async) save of the train state, data positions and config at `step`."""
+  metrics = None if eval_loss is None else {"eval_loss": float(eval_loss)}
+  args = ocp.args.Composite(
+      params=ocp.args.StandardSave(state["params"]),
+      train_state=ocp.args.StandardSave(
+          {k: v for k, v in state.items() if k != "params"}),
+      data=ocp.args.JsonSave(data_state),
+      meta=ocp.args.JsonSave({"config": json.loads(config.to_json())}))
+  return manager.save(step, args=args, metrics=metrics, force=force)
+
+
+def read_config(manager, step: int) -> ml_collections.ConfigDict:
+  meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+  return ml_collections.ConfigDict(meta["config"])
+
+
+def check_compatible(saved_config, config, directory: str) -> None:
+  """Refuse to resume a checkpoint of another model, naming the keys that differ."""
+  saved = flatten(saved_config.model.to_dict())
+  now = flatten(config.model.to_dict())
+  differ = [k for k in sorted(set(saved) | set(now))
+            if saved.get(k) != now.get(k) and k not in RUNTIME_ONLY_MODEL_KEYS]
+  if differ:
+    shown = ", ".join(f"model.{k}: {saved.get(k)!r} saved vs {now.get(k)!r} now"
+                      for k in differ[:4])
+    raise ValueError(f"{directory} holds a checkpoint of a different model ({shown}"
+                     f"{', ...' if len(differ) > 4 else ''}); use a new --workdir "
+                     f"or the saved config")
+  if "data" in saved_config and saved_config.data.get("tokenizer") != config.data.tokenizer:
+    raise ValueError(f"{directory} holds a checkpoint trained with data.tokenizer="
+                     f"{saved_config.data.get('tokenizer')!r}, now {config.data.tokenizer!r}")
+
+
+def restore(manager, step: int, abstract_state: dict) -> tuple[dict, dict]:
+  """Restore (state, data_state) at `step` into the shardings of `abstract_state`."""
+  rest = {k: v for k, v in abstract_state.items() if k != "params"}
+  restored = manager.restore(step, args=ocp.args.Composite(
+      params=ocp.args.StandardRestore(abstract_state["params"]),
+      train_state=ocp.args.StandardRestore(rest),
+      data=ocp.args.JsonRestore()))
+  state = dict(restored.train_state)
+  state["params"] = restored.params
+  return state, restored.data
+
+
+def gather_host_states(local: dict[str, Any]) -> dict[str, Any]:
+  """Union of every process's JSON-able data-shard states, available on all processes.
+
+  Each host reads only its own data shards, but the checkpoint's JSON item is written by
+  process 0, so the positions travel to it as padded byte arrays in one all-gather.
+  """
+  if jax.process_count() == 1:
+    return dict(local)
+  blob = np.frombuffer(json.dumps(local).encode(), dtype=np.uint8)
+  sizes = multihost_utils.process_allgather(np.array([blob.size], np.int64))
+  padded = np.zeros(int(sizes.max()), np.uint8)
+  padded[:blob.size] = blob
+  blobs = multihost_utils.process_allgather(padded)
+  merged: dict[str, Any] = {}
+  for row, size in zip(np.asarray(blobs), np.asarray(sizes).reshape(-1)):
+    merged.update(json.loads(row[:int(size)].tobytes().decode()))
+  return merged
+
+
+def load_for_inference(workdir: str, step: int | None = None):
+  """(config, model_config, params, tokenizer) from a run's latest (or given) checkpoint.
+
+  Parameters land on the default device, whatever mesh they were trained on. This reads
+  nothing of the optimizer state, so it is cheap even for runs trained with Adam.
+  """
+  # Deferred: the model and data layers are heavy and only inference needs them here.
+  from transformer import data, models, train_state
+  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
+                                  options=ocp.CheckpointManagerOptions(read_only=True))
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints")
+  config = read_config(manager, step)
+  model = models.make_model(config.model)
+  _, abstract = train_state.abstract_params(model, config)
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
+                          abstract)
+  params = manager.restore(step, args=ocp.args.Composite(
+      params=ocp.args.StandardRestore(abstract))).params
+  manager.close()
+  tokenizer = data.get_tokenizer(config.data, tokenizer_dir(workdir))
+  return config, config.model, params, tokenizer
+
+
+def tokenizer_dir(workdir: str) -> str:
+  """Where a run keeps its tokenizer files, so inference finds the one it trained with."""
+  return os.path.join(os.path.abspath(workdir), "tokenizer")
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+  """{"a": {"b": 1}} -> {"a.b": 1}: configs as flat key lists, for diffs and summaries."""
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out

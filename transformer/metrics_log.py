@@ -1,0 +1,116 @@
+"""What a run leaves for people and scripts: config.json, metrics.jsonl, TensorBoard events,
+a console progress line, and summary.json at the end.
+
+Only process 0 writes; the others get a RunLog whose methods do nothing, so the training loop
+never branches on the process index.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+
+from transformer.tensorboard_events import EventWriter
+
+
+def _jsonable(value):
+  if isinstance(value, (np.generic, np.ndarray)) or hasattr(value, "dtype"):
+    value = np.asarray(value).item()
+  if isinstance(value, float) and not math.isfinite(value):
+    return str(value)  # JSON has no NaN/Inf; a string keeps the line parseable
+  return value
+
+
+def _duration(seconds: float) -> str:
+  seconds = int(max(seconds, 0))
+  h, rest = divmod(seconds, 3600)
+  m, s = divmod(rest, 60)
+  return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def _si(x: float) -> str:
+  for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    if abs(x) >= scale:
+      return f"{x / scale:.1f}{unit}"
+  return f"{x:.0f}"
+
+
+class RunLog:
+  """Per-run log files under `workdir`. `total_steps` sizes the progress bar and the ETA."""
+
+  def __init__(self, workdir: str, total_steps: int, enabled: bool | None = None):
+    self.enabled = jax.process_index() == 0 if enabled is None else enabled
+    self.workdir = workdir
+    self.total_steps = total_steps
+    self._events = None
+    self._jsonl = None
+    if self.enabled:
+      self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+      self._events = EventWriter(os.path.join(workdir, "tensorboard"))
+
+  def write_config(self, config) -> None:
+    if self.enabled:
+      with open(os.path.join(self.workdir, "config.json"), "w") as f:
+        f.write(config.to_json(indent=2, sort_keys=True) + "\n")
+
+  def info(self, message: str) -> None:
+    if self.enabled:
+      print(message, flush=True)
+
+  def metrics(self, step: int, metrics: dict) -> None:
+    """One JSON line and one TensorBoard point per key; `step` is the update count."""
+    if not self.enabled:
+      return
+    row = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
+    self._jsonl.write(json.dumps(row) + "\n")
+    self._jsonl.flush()
+    self._events.scalars(int(step), {k: v for k, v in row.items()
+                                     if k != "step" and isinstance(v, (int, float))})
+
+  def progress(self, step: int, loss: float, tokens_per_s: float, step_time_s: float,
+               eval_loss: float | None = None) -> None:
+    if not self.enabled:
+      return
+    width = 20
+    done = step / max(self.total_steps, 1)
+    bar = "#" * int(done * width) + "-" * (width - int(done * width))
+    eta = (self.total_steps - step) * step_time_s
+    line = (f"step {step:>{len(str(self.total_steps))}}/{self.total_steps} [{bar}] "
+            f"loss {loss:.4f} | {_si(tokens_per_s)} tok/s | {step_time_s * 1e3:.0f} ms/step"
+            f" | ETA {_duration(eta)}")
+    if eval_loss is not None:
+      line += f" | eval {eval_loss:.4f}"
+    print(line, file=sys.stdout, flush=True)
+
+  def summary(self, summary: dict) -> None:
+    if self.enabled:
+      path = os.path.join(self.workdir, "summary.json")
+      with open(path + ".tmp", "w") as f:
+        json.dump({k: _jsonable(v) for k, v in summary.items()}, f, indent=2, sort_keys=True)
+      os.replace(path + ".tmp", path)  # readers (sweep tools) never see half a file
+
+  def close(self) -> None:
+    if self.enabled:
+      self._jsonl.close()
+      self._events.close()
+
+
+class Stopwatch:
+  """Wall time between log points, excluding pauses the loop declares (eval, saving)."""
+
+  def __init__(self):
+    self.start = time.perf_counter()
+    self.paused = 0.0
+
+  def lap(self) -> float:
+    now = time.perf_counter()
+    elapsed = now - self.start - self.paused
+    self.start, self.paused = now, 0.0
+    return elapsed
+
+  def pause(self, seconds: float) -> None:
+    self.paused += seconds
