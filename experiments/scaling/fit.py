@@ -1,0 +1,355 @@
+"""Scaling-law fits of a finished sweep: Chinchilla approaches 2 and 3, Kaplan L(N) and L(C).
+
+  python -m experiments.scaling.fit --workdir DIR
+
+reads DIR/sweep.json and every DIR/<run>/summary.json and writes DIR/fit.json, DIR/results.md
+and the PNGs of experiments/scaling/plots.py. The functions below take plain arrays, so a
+notebook can fit any (N, D, L) table without a sweep directory.
+
+Conventions (README.md): N is non-embedding parameters unless `--params=total`; D is tokens
+trained on; C is training FLOPs. The compute-optimal allocation of approach 3 uses C = 6ND, as
+Hoffmann et al. do; approach 2 reads its budgets from the sweep, whose C includes attention.
+"""
+
+import itertools
+import json
+import os
+
+# scipy's bundled OpenBLAS threads even the 10x10 algebra inside L-BFGS-B, and on a busy
+# 2-core machine its spinning threads made the fits 15-20x slower. This only takes effect when
+# this module is the first to load numpy/scipy (the CLI); a caller that already did keeps its
+# setting.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import scipy.optimize  # noqa: E402
+
+# Initial (a, b, e, alpha, beta) for approach 3. "hoffmann" is the grid of Hoffmann et al.
+# 2022, appendix D.2 (6 * 6 * 5 * 5 * 5 = 4500 starts, ~20 s); "coarse" is a 36-start subset
+# for quick looks and tests.
+INIT_GRIDS = {
+    "hoffmann": dict(a=np.arange(0, 26, 5.0), b=np.arange(0, 26, 5.0),
+                     e=np.arange(-1, 1.01, 0.5), alpha=np.arange(0, 2.01, 0.5),
+                     beta=np.arange(0, 2.01, 0.5)),
+    "coarse": dict(a=[5.0, 10.0, 20.0], b=[5.0, 10.0, 20.0], e=[0.5], alpha=[0.5, 1.0],
+                   beta=[0.5, 1.0]),
+}
+
+LAW_KEYS = ("E", "A", "B", "alpha", "beta")
+_CI_PERCENTILES = (2.5, 97.5)  # 95% percentile-bootstrap intervals
+
+
+def init_grid(name: str) -> np.ndarray:
+  """[num_starts, 5] initial (a, b, e, alpha, beta)."""
+  if name not in INIT_GRIDS:
+    raise ValueError(f"unknown init grid {name!r}; valid: {sorted(INIT_GRIDS)}")
+  g = INIT_GRIDS[name]
+  return np.array(list(itertools.product(g["a"], g["b"], g["e"], g["alpha"], g["beta"])))
+
+
+def _positive_arrays(fn: str, **arrays) -> list[np.ndarray]:
+  out = [np.asarray(v, dtype=np.float64).ravel() for v in arrays.values()]
+  sizes = {name: len(v) for name, v in zip(arrays, out)}
+  if len(set(sizes.values())) != 1:
+    raise ValueError(f"{fn}: arrays differ in length: {sizes}")
+  for name, v in zip(arrays, out):
+    if not np.all(np.isfinite(v) & (v > 0)):
+      raise ValueError(f"{fn}: {name} must be finite and positive, got {v.tolist()}")
+  return out
+
+
+def power_law(x, y) -> tuple[float, float]:
+  """Least squares in log-log space: y = k * x**slope. Returns (slope, k)."""
+  slope, intercept = np.polyfit(np.log(x), np.log(y), 1)
+  return float(slope), float(np.exp(intercept))
+
+
+# --- Approach 3: parametric L(N, D) = E + A/N^alpha + B/D^beta -------------------------------
+
+def _huber_objective(theta, log_n, log_d, log_l, delta):
+  """Sum of Huber(LSE(a - alpha log N, b - beta log D, e) - log L) and its gradient."""
+  a, b, e, alpha, beta = theta
+  z_n, z_d = a - alpha * log_n, b - beta * log_d
+  m = np.maximum(np.maximum(z_n, z_d), e)  # shift so exp never overflows
+  # Terms far below the largest are clipped at e^-200: denormal floats are ~100x slower on
+  # x86 and change nothing at this scale.
+  x_n, x_d, x_e = (np.exp(np.maximum(z - m, -200.0)) for z in (z_n, z_d, e))
+  total = x_n + x_d + x_e
+  r = m + np.log(total) - log_l
+  dh = np.clip(r, -delta, delta)  # Huber'(r)
+  value = np.sum(dh * (r - 0.5 * dh))  # r^2/2 inside delta, delta(|r| - delta/2) outside
+  q = dh / total  # chain rule through the softmax weights x_i / total
+  # Sums, not `@`: a threaded BLAS dot on a few hundred numbers spins its threads, which cost
+  # 30x here on a loaded 2-core machine.
+  q_n, q_d = q * x_n, q * x_d
+  grad = np.array([q_n.sum(), q_d.sum(), (q * x_e).sum(), -(q_n * log_n).sum(),
+                   -(q_d * log_d).sum()])
+  return value, grad
+
+
+def _lbfgs(x0, args):
+  # The objective is ~1e-4 at the optimum, so scipy's default ftol (relative to max(|f|, 1))
+  # would stop almost at once; Besiroglu et al. 2024 trace Hoffmann's biased fit to this.
+  res = scipy.optimize.minimize(_huber_objective, x0, args=args, jac=True, method="L-BFGS-B",
+                                options=dict(ftol=1e-12, gtol=1e-9, maxiter=2000))
+  return res.x, float(res.fun)
+
+
+def _law(theta) -> dict:
+  a, b, e, alpha, beta = (float(t) for t in theta)
+  return dict(E=float(np.exp(e)), A=float(np.exp(a)), B=float(np.exp(b)), alpha=alpha, beta=beta)
+
+
+def predict_loss(law: dict, N, D):
+  """L(N, D) of a fitted (or published) law."""
+  N, D = np.asarray(N, np.float64), np.asarray(D, np.float64)
+  return law["E"] + law["A"] / N ** law["alpha"] + law["B"] / D ** law["beta"]
+
+
+def compute_optimal(law: dict, C) -> dict:
+  """Minimizer of L(N, D) subject to C = 6ND: N_opt = G (C/6)^a, D_opt = (C/6)^b / G."""
+  C = np.asarray(C, np.float64)
+  alpha, beta = law["alpha"], law["beta"]
+  G = (alpha * law["A"] / (beta * law["B"])) ** (1.0 / (alpha + beta))
+  n_opt = G * (C / 6) ** (beta / (alpha + beta))
+  d_opt = (C / 6) ** (alpha / (alpha + beta)) / G
+  return dict(C=C, N_opt=n_opt, D_opt=d_opt, tokens_per_param=d_opt / n_opt,
+              L_opt=predict_loss(law, n_opt, d_opt))
+
+
+def _with_exponents(law: dict) -> dict:
+  s = law["alpha"] + law["beta"]
+  return dict(law, a=law["beta"] / s, b=law["alpha"] / s,
+              G=(law["alpha"] * law["A"] / (law["beta"] * law["B"])) ** (1.0 / s))
+
+
+def fit_chinchilla(N, D, L, *, delta: float = 1e-3, grid: str = "hoffmann",
+                   bootstrap: int = 0, seed: int = 0, budgets=()) -> dict:
+  """Hoffmann et al. approach 3: Huber fit of log L from every start of an init grid.
+
+  Returns E, A, B, alpha, beta; a = beta/(alpha+beta) and b = alpha/(alpha+beta), the
+  exponents of N_opt ~ C^a and D_opt ~ C^b; G; and, with `bootstrap` > 0, `ci` holding 95%
+  intervals from refits on runs resampled with replacement. Each refit starts from the full
+  fit (not the whole grid) so a thousand of them take seconds. With `budgets`, `optimal`
+  lists N_opt, D_opt and tokens per parameter at each C (with intervals when bootstrapping).
+  """
+  N, D, L = _positive_arrays("fit_chinchilla", N=N, D=D, L=L)
+  if len(N) < len(LAW_KEYS):
+    raise ValueError(f"fit_chinchilla needs at least {len(LAW_KEYS)} runs, got {len(N)}")
+  args = (np.log(N), np.log(D), np.log(L), delta)
+  starts = init_grid(grid)
+  fits = [_lbfgs(x0, args) for x0 in starts]
+  theta, value = min(fits, key=lambda f: f[1])
+  out = _with_exponents(_law(theta))
+  out.update(huber_loss=value, delta=delta, num_runs=len(N), grid=grid, num_starts=len(starts),
+             rms_log_residual=float(np.sqrt(np.mean(
+                 (np.log(predict_loss(out, N, D)) - np.log(L)) ** 2))))
+  samples = []
+  if bootstrap:
+    rng = np.random.default_rng(seed)
+    for _ in range(bootstrap):
+      idx = rng.integers(0, len(N), len(N))
+      t, _ = _lbfgs(theta, tuple(x[idx] for x in args[:3]) + (delta,))
+      if np.all(np.isfinite(t)):
+        samples.append(_with_exponents(_law(t)))
+    out["bootstrap"] = len(samples)
+    out["ci"] = {k: np.percentile([s[k] for s in samples], _CI_PERCENTILES).tolist()
+                 for k in LAW_KEYS + ("a", "b")}
+  if len(budgets):
+    best = compute_optimal(out, budgets)
+    rows = []
+    for i, c in enumerate(np.asarray(budgets, np.float64)):
+      row = dict(C=float(c), N_opt=float(best["N_opt"][i]), D_opt=float(best["D_opt"][i]),
+                 tokens_per_param=float(best["tokens_per_param"][i]),
+                 L_opt=float(best["L_opt"][i]))
+      if samples:
+        opt = [compute_optimal(s, c) for s in samples]
+        row["ci"] = {k: np.percentile([float(o[k]) for o in opt], _CI_PERCENTILES).tolist()
+                     for k in ("N_opt", "D_opt", "tokens_per_param")}
+      rows.append(row)
+    out["optimal"] = rows
+  return out
+
+
+# --- Approach 2: IsoFLOP parabolas ------------------------------------------------------------
+
+def fit_isoflop(C, N, L, D=None) -> dict:
+  """Hoffmann et al. approach 2: per budget a parabola of L in log10 N, then power laws.
+
+  C holds each run's nominal budget (runs with equal C form one IsoFLOP curve). D_opt at a
+  budget is read off the curve's own log D vs log N line when D is given (so it honours
+  whatever FLOPs convention set the budgets), else C / (6 N_opt).
+  Returns `curves` (per budget: coefficients, N_opt, D_opt, L_opt) and the fits
+  N_opt = N_coef * C^a, D_opt = D_coef * C^b (when at least two budgets have a minimum).
+  """
+  C, N, L = _positive_arrays("fit_isoflop", C=C, N=N, L=L)
+  D = None if D is None else _positive_arrays("fit_isoflop", C=C, D=D)[1]
+  curves, skipped = [], []
+  for c in np.unique(C):
+    sel = C == c
+    x = np.log10(N[sel])
+    if len(np.unique(x)) < 3:
+      skipped.append(dict(C=float(c), reason=f"{len(np.unique(x))} model sizes, need 3"))
+      continue
+    coef = np.polyfit(x, L[sel], 2)  # [c2, c1, c0]
+    if coef[0] <= 0:
+      skipped.append(dict(C=float(c), reason="parabola opens downward: no minimum"))
+      continue
+    x_opt = -coef[1] / (2 * coef[0])
+    n_opt = 10.0 ** x_opt
+    if D is not None:
+      d_opt = 10.0 ** np.polyval(np.polyfit(x, np.log10(D[sel]), 1), x_opt)
+    else:
+      d_opt = c / (6 * n_opt)
+    curves.append(dict(C=float(c), coef=coef.tolist(), N_opt=float(n_opt), D_opt=float(d_opt),
+                       L_opt=float(np.polyval(coef, x_opt)), num_runs=int(sel.sum()),
+                       inside=bool(x.min() <= x_opt <= x.max())))
+  out = dict(curves=curves, skipped=skipped)
+  if len(curves) >= 2:
+    cs = [k["C"] for k in curves]
+    out["a"], out["N_coef"] = power_law(cs, [k["N_opt"] for k in curves])
+    out["b"], out["D_coef"] = power_law(cs, [k["D_opt"] for k in curves])
+  return out
+
+
+# --- Kaplan et al. 2020: L(N) and the compute frontier L(C) -----------------------------------
+
+def fit_kaplan(N, L) -> dict:
+  """L(N) = (N_c / N)^alpha_N on the best loss reached at each model size."""
+  N, L = _positive_arrays("fit_kaplan", N=N, L=L)
+  sizes = np.unique(N)
+  if len(sizes) < 2:
+    raise ValueError(f"fit_kaplan needs at least 2 model sizes, got {len(sizes)}")
+  best = np.array([L[N == n].min() for n in sizes])
+  slope, k = power_law(sizes, best)
+  alpha = -slope
+  return dict(alpha_N=alpha, N_c=float(k ** (1.0 / alpha)), N=sizes.tolist(), L=best.tolist())
+
+
+def lower_envelope(C, L) -> tuple[np.ndarray, np.ndarray]:
+  """Points no run beats with less compute: the running minimum of loss over sorted C."""
+  C, L = _positive_arrays("lower_envelope", C=C, L=L)
+  order = np.argsort(C, kind="stable")
+  C, L = C[order], L[order]
+  keep = L < np.minimum.accumulate(np.concatenate([[np.inf], L[:-1]]))
+  return C[keep], L[keep]
+
+
+def fit_frontier(C, L) -> dict:
+  """L(C) = (C_c / C)^alpha_C on the lower envelope of all (FLOPs, loss) points."""
+  c_env, l_env = lower_envelope(C, L)
+  if len(c_env) < 2:
+    raise ValueError(f"fit_frontier needs at least 2 envelope points, got {len(c_env)}")
+  slope, k = power_law(c_env, l_env)
+  alpha = -slope
+  return dict(alpha_C=alpha, C_c=float(k ** (1.0 / alpha)), C=c_env.tolist(), L=l_env.tolist())
+
+
+# --- a sweep directory -> fit.json, results.md, PNGs ------------------------------------------
+
+def load_runs(workdir: str, params: str = "non_embedding") -> dict:
+  """Finished runs of a sweep as arrays: name, N, D, L, C (training FLOPs), budget, curves.
+
+  `budget` is the IsoFLOP budget sweep.json declared for the run; runs from sweeps without
+  one are grouped by their FLOPs to two significant digits. `curves` holds per run the
+  (FLOPs, loss) points of metrics.jsonl: eval_loss where logged, else the training loss.
+  """
+  from launch import sweep  # the launcher owns the directory layout
+
+  if params not in ("non_embedding", "total"):
+    raise ValueError(f"unknown --params {params!r}; valid: ['non_embedding', 'total']")
+  rows = [r for r in sweep.read_sweep(workdir) if r["summary"]]
+  rows = [r for r in rows if np.isfinite(r["summary"].get("final_eval_loss", np.nan))]
+  if not rows:
+    raise ValueError(f"no finished runs (DIR/<run>/summary.json) under {workdir}")
+  s = [r["summary"] for r in rows]
+  out = dict(name=[r["name"] for r in rows],
+             N=np.array([x[f"params_{params}"] for x in s], np.float64),
+             D=np.array([x["tokens"] for x in s], np.float64),
+             L=np.array([x["final_eval_loss"] for x in s], np.float64),
+             C=np.array([x["flops"] for x in s], np.float64))
+  out["budget"] = np.array([r["declared"].get("budget") or float(f"{c:.2g}")
+                            for r, c in zip(rows, out["C"])], np.float64)
+  out["curves"], out["curve_metric"] = [], "eval_loss"
+  for r, x in zip(rows, s):
+    points = []
+    path = os.path.join(workdir, r["name"], "metrics.jsonl")
+    if os.path.exists(path):
+      with open(path) as f:
+        points = [json.loads(line) for line in f if line.strip()]
+    flops_per_step = x["flops"] / max(x["step"], 1)
+    evals = [(p["step"] * flops_per_step, p["eval_loss"]) for p in points
+             if isinstance(p.get("eval_loss"), (int, float)) and p["step"] > 0]
+    if not evals:
+      out["curve_metric"] = "loss"
+      evals = [(p["step"] * flops_per_step, p["loss"]) for p in points
+               if isinstance(p.get("loss"), (int, float)) and p["step"] > 0]
+    evals.append((x["flops"], x["final_eval_loss"]))
+    out["curves"].append(np.array(sorted(evals)))
+  return out
+
+
+def _try(fn, *args, **kwargs) -> dict:
+  """A sweep too small for one fit still gets the others; the reason lands in fit.json."""
+  try:
+    return fn(*args, **kwargs)
+  except (ValueError, np.linalg.LinAlgError) as e:
+    return dict(error=str(e))
+
+
+def fit_sweep(workdir: str, *, params: str = "non_embedding", grid: str = "hoffmann",
+              bootstrap: int = 200, seed: int = 0, plots: bool = True) -> dict:
+  """All fits of a sweep directory; writes fit.json, results.md and (with plots) the PNGs."""
+  from launch import sweep
+
+  runs = load_runs(workdir, params)
+  budgets = np.unique(runs["budget"])
+  chin = _try(fit_chinchilla, runs["N"], runs["D"], runs["L"], grid=grid,
+              bootstrap=bootstrap, seed=seed, budgets=budgets)
+  iso = _try(fit_isoflop, runs["budget"], runs["N"], runs["L"], runs["D"])
+  kaplan = _try(fit_kaplan, runs["N"], runs["L"])
+  curve_c = np.concatenate([c[:, 0] for c in runs["curves"]])
+  curve_l = np.concatenate([c[:, 1] for c in runs["curves"]])
+  frontier = _try(fit_frontier, curve_c, curve_l)
+  frontier["metric"] = runs["curve_metric"]
+  result = {k: chin[k] for k in LAW_KEYS + ("a", "b") if k in chin}
+  result.update(params=params, num_runs=len(runs["N"]), chinchilla=chin, isoflop=iso,
+                kaplan=kaplan, frontier=frontier)
+  with open(os.path.join(workdir, "fit.json"), "w") as f:
+    json.dump(result, f, indent=2)
+  sweep.write_results(workdir)
+  if plots:
+    from experiments.scaling import plots as plotting
+    result["plots"] = plotting.plot_all(workdir, runs, result)
+  return result
+
+
+def main(argv):
+  del argv
+  from absl import flags
+  f = flags.FLAGS
+  result = fit_sweep(f.workdir, params=f.params, grid=f.grid, bootstrap=f.bootstrap,
+                     seed=f.seed)
+  for name in ("chinchilla", "isoflop", "kaplan", "frontier"):
+    part = result[name]
+    if "error" in part:
+      print(f"{name}: skipped ({part['error']})")
+  if "alpha" in result:
+    print("L(N, D) = {E:.3f} + {A:.4g}/N^{alpha:.3f} + {B:.4g}/D^{beta:.3f};  "
+          "N_opt ~ C^{a:.3f}, D_opt ~ C^{b:.3f}".format(**result))
+  if "a" in result["isoflop"]:
+    print("IsoFLOP: N_opt ~ C^{a:.3f}, D_opt ~ C^{b:.3f}".format(**result["isoflop"]))
+  print(f"wrote {os.path.join(f.workdir, 'fit.json')}, results.md and plots")
+
+
+if __name__ == "__main__":
+  from absl import app, flags
+
+  flags.DEFINE_string("workdir", None, "Sweep directory: DIR/<run>/summary.json per run.")
+  flags.DEFINE_enum("params", "non_embedding", ["non_embedding", "total"],
+                    "Which parameter count is N in the fits.")
+  flags.DEFINE_enum("grid", "hoffmann", sorted(INIT_GRIDS), "Approach-3 initialisation grid.")
+  flags.DEFINE_integer("bootstrap", 200, "Bootstrap resamples for confidence intervals.")
+  flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+  flags.mark_flag_as_required("workdir")
+  app.run(main)

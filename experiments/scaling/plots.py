@@ -1,0 +1,165 @@
+"""The figures of a scaling study, each one PNG in the sweep directory.
+
+isoflop.png   loss vs N per IsoFLOP budget, with the approach-2 parabolas and their minima
+optimal.png   N_opt(C) and D_opt(C): approach-2 minima, their power laws, approach 3's line
+frontier.png  Kaplan: best loss vs N with L(N), and every run's loss curve vs FLOPs with the
+              lower envelope and L(C)
+contours.png  the fitted L(N, D) as contours, the runs on top, the compute-optimal path
+"""
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on clusters or CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from experiments.scaling import fit  # noqa: E402
+
+_LOSS = "final eval loss (nats/token)"
+
+
+def _params_label(runs):
+  return "parameters N (total)" if runs.get("params") == "total" else \
+      "parameters N (non-embedding)"
+
+
+def _budget_colors(budgets):
+  cmap = plt.get_cmap("viridis")
+  return {b: cmap(i / max(len(budgets) - 1, 1) * 0.9) for i, b in enumerate(budgets)}
+
+
+def _save(fig, path):
+  fig.savefig(path, dpi=130, bbox_inches="tight")
+  plt.close(fig)
+  return path
+
+
+def plot_isoflop(path, runs, iso):
+  fig, ax = plt.subplots(figsize=(7, 4.8))
+  budgets = np.unique(runs["budget"])
+  colors = _budget_colors(budgets)
+  curves = {c["C"]: c for c in iso.get("curves", [])}
+  for b in budgets:
+    sel = runs["budget"] == b
+    order = np.argsort(runs["N"][sel])
+    ax.plot(runs["N"][sel][order], runs["L"][sel][order], "o", color=colors[b],
+            label=f"C = {b:.2g} FLOPs")
+    if b in curves:
+      c = curves[b]
+      x = np.linspace(np.log10(runs["N"][sel].min()) - 0.1, np.log10(runs["N"][sel].max()) + 0.1)
+      ax.plot(10 ** x, np.polyval(c["coef"], x), "-", color=colors[b], lw=1.2)
+      ax.plot(c["N_opt"], c["L_opt"], "*", color=colors[b], ms=14, mec="black", mew=0.6)
+  ax.plot([], [], "*", color="gray", ms=12, mec="black", mew=0.6, label="parabola minimum")
+  ax.set(xscale="log", xlabel=_params_label(runs), ylabel=_LOSS, title="IsoFLOP curves")
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+  return _save(fig, path)
+
+
+def plot_optimal(path, iso, chin):
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
+  curves = iso.get("curves", [])
+  cs = np.array([c["C"] for c in curves])
+  c_line = np.geomspace(cs.min() / 3, cs.max() * 3) if len(cs) else None
+  if c_line is None and "optimal" in chin:
+    opt = [o["C"] for o in chin["optimal"]]
+    c_line = np.geomspace(min(opt) / 3, max(opt) * 3)
+  for ax, key, exp, coef, what in ((axes[0], "N_opt", "a", "N_coef", "parameters"),
+                                   (axes[1], "D_opt", "b", "D_coef", "tokens")):
+    if len(cs):
+      ax.plot(cs, [c[key] for c in curves], "o", color="C0", label="IsoFLOP minima (approach 2)")
+    if exp in iso:
+      ax.plot(c_line, iso[coef] * c_line ** iso[exp], "-", color="C0",
+              label=f"fit: {key} ∝ C^{iso[exp]:.3f}")
+    if exp in chin and c_line is not None:
+      ax.plot(c_line, fit.compute_optimal(chin, c_line)[key], "--", color="C3",
+              label=f"L(N, D) fit (approach 3): C^{chin[exp]:.3f}")
+    ax.set(xscale="log", yscale="log", xlabel="training compute C (FLOPs)",
+           ylabel=f"compute-optimal {what} {key}", title=f"{key} vs compute")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  return _save(fig, path)
+
+
+def plot_frontier(path, runs, kaplan, frontier):
+  fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+  ax = axes[0]
+  ax.plot(runs["N"], runs["L"], "o", color="0.7", ms=4, label="all runs")
+  if "alpha_N" in kaplan:
+    n = np.array(kaplan["N"])
+    ax.plot(n, kaplan["L"], "o", color="C0", label="best loss per size")
+    x = np.geomspace(n.min() / 1.5, n.max() * 1.5)
+    ax.plot(x, (kaplan["N_c"] / x) ** kaplan["alpha_N"], "-", color="C0",
+            label=f"L = (N_c/N)^α_N, α_N = {kaplan['alpha_N']:.3f}")
+  ax.set(xscale="log", yscale="log", xlabel=_params_label(runs), ylabel=_LOSS,
+         title="Loss vs model size (Kaplan)")
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=8)
+
+  ax = axes[1]
+  sizes = np.unique(runs["N"])
+  cmap = plt.get_cmap("plasma")
+  for n, curve in zip(runs["N"], runs["curves"]):
+    i = np.searchsorted(sizes, n) / max(len(sizes) - 1, 1)
+    ax.plot(curve[:, 0], curve[:, 1], "-", color=cmap(0.85 * i), lw=0.8, alpha=0.7)
+  if "alpha_C" in frontier:
+    ax.plot(frontier["C"], frontier["L"], ".", color="black", ms=5, label="lower envelope")
+    x = np.geomspace(min(frontier["C"]), max(frontier["C"]))
+    ax.plot(x, (frontier["C_c"] / x) ** frontier["alpha_C"], "--", color="black",
+            label=f"L = (C_c/C)^α_C, α_C = {frontier['alpha_C']:.3f}")
+  sm = plt.cm.ScalarMappable(cmap=cmap, norm=matplotlib.colors.LogNorm(
+      sizes.min(), max(sizes.max(), sizes.min() * 1.01)))
+  fig.colorbar(sm, ax=ax, label="parameters N")
+  metric = "eval loss" if frontier.get("metric") == "eval_loss" else "training loss"
+  ax.set(xscale="log", yscale="log", xlabel="training compute (FLOPs)",
+         ylabel=f"{metric} (nats/token)", title="Loss vs compute: every run's curve")
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  return _save(fig, path)
+
+
+def plot_contours(path, runs, chin):
+  fig, ax = plt.subplots(figsize=(7, 5.2))
+  n_lo, n_hi = np.log10(runs["N"].min()) - 0.3, np.log10(runs["N"].max()) + 0.3
+  d_lo, d_hi = np.log10(runs["D"].min()) - 0.3, np.log10(runs["D"].max()) + 0.3
+  nn, dd = np.meshgrid(np.logspace(n_lo, n_hi, 200), np.logspace(d_lo, d_hi, 200))
+  loss = fit.predict_loss(chin, nn, dd)
+  # Contours and runs share one color scale, so a run's dot matches the contour it should sit on.
+  norm = matplotlib.colors.LogNorm(runs["L"].min(), runs["L"].max())
+  levels = np.geomspace(max(loss.min(), runs["L"].min() * 0.97), runs["L"].max() * 1.03, 12)
+  cs = ax.contour(nn, dd, loss, levels=levels, cmap="viridis", norm=norm, linewidths=1.0)
+  ax.clabel(cs, fontsize=7, fmt="%.2f")
+  sc = ax.scatter(runs["N"], runs["D"], c=runs["L"], cmap="viridis", norm=norm,
+                  edgecolors="black", linewidths=0.4, s=40, zorder=3)
+  bar = fig.colorbar(sc, ax=ax, label=_LOSS)
+  for axis in (bar.ax.yaxis,):  # plain numbers, not 8x10^0, on a log color scale
+    axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.3g"))
+    axis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.3g"))
+  c = np.geomspace(6 * 10 ** n_lo * 10 ** d_lo, 6 * 10 ** n_hi * 10 ** d_hi, 200)
+  opt = fit.compute_optimal(chin, c)
+  ax.plot(opt["N_opt"], opt["D_opt"], "-", color="C3", lw=1.5,
+          label=f"compute-optimal path: N ∝ C^{chin['a']:.2f}, D ∝ C^{chin['b']:.2f}")
+  ax.set(xscale="log", yscale="log", xlim=(10 ** n_lo, 10 ** n_hi), ylim=(10 ** d_lo, 10 ** d_hi),
+         xlabel=_params_label(runs), ylabel="training tokens D",
+         title="Fitted L(N, D) = E + A/N^α + B/D^β")
+  ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13))
+  return _save(fig, path)
+
+
+def plot_all(workdir: str, runs: dict, result: dict) -> list[str]:
+  """Every figure the fits allow; a fit that failed only removes its own panels."""
+  out = []
+  chin, iso = result["chinchilla"], result["isoflop"]
+  runs = dict(runs, params=result.get("params"))
+  out.append(plot_isoflop(os.path.join(workdir, "isoflop.png"), runs, iso))
+  if "a" in iso or "a" in chin:
+    out.append(plot_optimal(os.path.join(workdir, "optimal.png"), iso, chin))
+  out.append(plot_frontier(os.path.join(workdir, "frontier.png"), runs, result["kaplan"],
+                           result["frontier"]))
+  if "alpha" in chin:
+    out.append(plot_contours(os.path.join(workdir, "contours.png"), runs, chin))
+  return out

@@ -1,0 +1,89 @@
+"""Model shapes for a target size, their parameter counts, and training FLOPs per token.
+
+The shape rule (one knob per choice, so a sweep is reproducible from its sizes alone):
+  * MHA with a fixed head_dim; d_ff = ffn_ratio * d_model.
+  * depth from the target and the aspect ratio R = d_model / num_layers:
+    N ~ 12 L d^2 = 12 R^2 L^3, so L0 = round((N / (12 R^2))^(1/3)), at least 1;
+  * for each depth L0-1, L0, L0+1 the two widths d, multiples of head_dim, around
+    sqrt(N / (12 L)); of these (up to) six shapes the one whose exact non-embedding count is
+    nearest the target in log wins, ties going to the aspect ratio nearest R. Small models
+    have few heads, so a single width step is a large share of N; trying neighbours keeps the
+    achieved size within a few percent of the target instead of 20%.
+Kaplan et al. 2020 (fig. 5) find loss nearly flat in R over 20..200 at fixed N, so R is a
+convenience, not a tuned value.
+
+Counting convention (pre-LN decoder, no biases, RMSNorm scales only, tied embeddings):
+  non-embedding = L * (attention + feed-forward + 2 d) + d
+    attention = d * H * hd (q) + 2 * d * Hkv * hd (k, v) + H * hd * d (o)
+    feed-forward = 2 * d * d_ff (GELU family) or 3 * d * d_ff (gated: swiglu, geglu)
+  total = non-embedding + V * d (+ V * d again when the output head is untied)
+FLOPs per token (training = 3x forward, forward = 2 FLOPs per multiply-add):
+  6 * N_non_embedding + 6 * L * min(seq_len, window) * H * hd
+Kaplan et al. 2020, table 1, as transformer/inspect.py counts it (tests/launch_test.py checks
+both agree): the attention term is the QK^T logits of the forward pass (2 L n_ctx d_attn),
+times 3 for training, with no causal discount; the vocabulary projection is left out with the
+embeddings. PaLM's convention (6N + 12 L H hd T) would also count AV; it is the same
+up to that factor 2 on a term that is small once d_model >> seq_len.
+"""
+
+import math
+
+_FFN_MATRICES = {"relu": 2, "gelu": 2, "gelu_tanh": 2, "swiglu": 3, "geglu": 3}
+
+
+def shape_for_size(target: float, *, aspect_ratio: float = 32.0, head_dim: int = 32,
+                   ffn_ratio: int = 4) -> dict:
+  """Decoder shape (config.model overrides) whose non-embedding count is near `target`."""
+  if not target > 0:
+    raise ValueError(f"target size must be positive, got {target}")
+  if head_dim < 1 or ffn_ratio < 1 or aspect_ratio <= 0:
+    raise ValueError(f"bad shape rule: head_dim={head_dim} ffn_ratio={ffn_ratio} "
+                     f"aspect_ratio={aspect_ratio}")
+  depth = max(1, round((target / (12 * aspect_ratio ** 2)) ** (1 / 3)))
+  candidates = []
+  for layers in range(max(1, depth - 1), depth + 2):
+    units = math.sqrt(target / (12 * layers)) / head_dim
+    for heads in {max(1, math.floor(units)), max(1, math.ceil(units))}:
+      width = heads * head_dim
+      shape = dict(d_model=width, num_layers=layers, num_heads=heads, num_kv_heads=0,
+                   head_dim=head_dim, d_ff=ffn_ratio * width)
+      n = param_counts(dict(shape, vocab_size=0, ffn="gelu"))["non_embedding"]
+      candidates.append((abs(math.log(n / target)),
+                         abs(math.log(width / layers / aspect_ratio)), layers, heads, shape))
+  return min(candidates)[-1]
+
+
+def _get(model, key, default=None):
+  value = model.get(key, default) if hasattr(model, "get") else getattr(model, key, default)
+  if value is None:
+    raise ValueError(f"model config lacks {key!r}, needed to count parameters")
+  return value
+
+
+def param_counts(model) -> dict:
+  """{'non_embedding', 'total', 'embedding'} for a decoder model config (dict or ConfigDict)."""
+  kind = _get(model, "kind", "decoder")
+  if kind != "decoder":
+    raise ValueError(f"param_counts counts decoders only, got kind={kind!r}")
+  ffn = _get(model, "ffn", "gelu")
+  if ffn not in _FFN_MATRICES:
+    raise ValueError(f"unknown ffn {ffn!r}; valid: {sorted(_FFN_MATRICES)}")
+  d, layers = _get(model, "d_model"), _get(model, "num_layers")
+  heads = _get(model, "num_heads")
+  kv_heads = _get(model, "num_kv_heads", 0) or heads
+  hd = _get(model, "head_dim", 0) or d // heads
+  attention = d * heads * hd + 2 * d * kv_heads * hd + heads * hd * d
+  feed_forward = _FFN_MATRICES[ffn] * d * _get(model, "d_ff")
+  non_embedding = layers * (attention + feed_forward + 2 * d) + d
+  embedding = _get(model, "vocab_size") * d * (1 if _get(model, "tie_embeddings", True) else 2)
+  return dict(non_embedding=non_embedding, embedding=embedding, total=non_embedding + embedding)
+
+
+def flops_per_token(model, seq_len: int) -> int:
+  """Training FLOPs per token: 6 N_non_embedding + 6 L n_ctx H hd (see module docstring)."""
+  heads = _get(model, "num_heads")
+  hd = _get(model, "head_dim", 0) or _get(model, "d_model") // heads
+  window = _get(model, "window", 0)
+  context = min(seq_len, window) if window else seq_len
+  attention = 6 * _get(model, "num_layers") * context * heads * hd
+  return 6 * param_counts(model)["non_embedding"] + attention

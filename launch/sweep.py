@@ -1,0 +1,321 @@
+"""A sweep declaration -> a list of runs, the layout of a sweep directory, and its results table.
+
+A sweep is the `sweep` sub-dict of a config (`default_config()` below is its schema):
+
+  kind="grid"     axes="opt.lr=1e-4,3e-4,1e-3;model.d_model=128,256"   every combination
+  kind="random"   axes="opt.lr=loguniform(1e-4,1e-2);model.d_model=choice(128,256)"
+                  trials=16, seed=0                                     seeded draws
+  kind="scaling"  sizes="1e5,3e5,1e6" (target non-embedding params) and either
+                  budgets="1e13,3e13" (IsoFLOP, training FLOPs) or tokens="2e6,8e6"
+
+A scaling run gets its shape from experiments/scaling/shapes.py and its steps from
+C = flops_per_token * tokens (tokens = steps * batch_size * seq_len), so budgets are exact up
+to the rounding of steps. Every run is `transformer.train` with `--config.KEY=VALUE` overrides
+in DIR/<name>/, where the name is made from the values that vary, so re-declaring the same
+sweep finds the same directories.
+
+DIR/sweep.json records the design and every run; DIR/<name>/summary.json marks a finished run.
+"""
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+
+import ml_collections
+import numpy as np
+
+from experiments.scaling import shapes
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """The sweep schema; every sweep kind reads only its own keys."""
+  return ml_collections.ConfigDict(dict(
+      kind="grid",  # grid | random | scaling
+      axes="",  # grid/random: "key=values;key=values" (see module docstring)
+      trials=8,  # random
+      seed=0,  # random
+      # scaling: sizes x (budgets | tokens)
+      sizes="",  # target non-embedding parameter counts
+      budgets="",  # IsoFLOP training budgets in FLOPs
+      tokens="",  # token budgets (instead of budgets)
+      aspect_ratio=32.0,  # d_model / num_layers of the shape rule
+      head_dim=32,
+      ffn_ratio=4,  # d_ff / d_model
+      min_steps=20,  # IsoFLOP points that would train for fewer steps are dropped
+      min_tokens_per_param=0.0,  # ... and those outside this range of D / N (0: no bound)
+      max_tokens_per_param=0.0,
+  ))
+
+
+# --- parsing "key=values;key=values" ----------------------------------------------------------
+
+def _scalar(text: str):
+  text = text.strip()
+  for cast in (int, float):
+    try:
+      return cast(text)
+    except ValueError:
+      pass
+  return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _numbers(text: str, what: str) -> list[float]:
+  values = [_scalar(v) for v in text.split(",") if v.strip()]
+  if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
+    raise ValueError(f"sweep.{what} must be positive numbers like '1e5,3e5', got {text!r}")
+  return [float(v) for v in values]
+
+
+def _axes(text: str) -> list[tuple[str, str]]:
+  axes = []
+  for part in filter(str.strip, text.split(";")):
+    key, sep, values = part.partition("=")
+    if not sep or not key.strip() or not values.strip():
+      raise ValueError(f"sweep axis {part!r} is not KEY=VALUES (e.g. opt.lr=1e-4,1e-3)")
+    axes.append((key.strip(), values.strip()))
+  if not axes:
+    raise ValueError("sweep.axes is empty; e.g. 'opt.lr=1e-4,1e-3;model.d_model=128,256'")
+  return axes
+
+
+def _round(x: float) -> float:
+  return float(f"{x:.3g}")  # draws with 3 significant digits keep names and configs readable
+
+
+# Random-search distributions: name -> (parse args, draw one value).
+DISTRIBUTIONS = {
+    "choice": lambda rng, args: args[rng.integers(len(args))],
+    "uniform": lambda rng, args: _round(rng.uniform(args[0], args[1])),
+    "loguniform": lambda rng, args: _round(math.exp(rng.uniform(*np.log(args[:2])))),
+    "int": lambda rng, args: int(rng.integers(int(args[0]), int(args[1]) + 1)),  # inclusive
+}
+
+
+def _distribution(key: str, text: str):
+  match = re.fullmatch(r"(\w+)\((.*)\)", text)
+  if not match or match.group(1) not in DISTRIBUTIONS:
+    raise ValueError(f"random axis {key}={text!r}: want NAME(args) with NAME one of "
+                     f"{sorted(DISTRIBUTIONS)}")
+  name, args = match.group(1), [_scalar(a) for a in match.group(2).split(",")]
+  if name != "choice" and (len(args) != 2 or not all(isinstance(a, (int, float)) for a in args)):
+    raise ValueError(f"random axis {key}={text!r}: {name} takes two numbers (low, high)")
+  return lambda rng: DISTRIBUTIONS[name](rng, args)
+
+
+# --- run names ----------------------------------------------------------------------------------
+
+def _format(value) -> str:
+  if isinstance(value, float):
+    return f"{value:.4g}"
+  return str(value)
+
+
+def _short(x: float) -> str:
+  return f"{x:.3g}".replace("e+0", "e").replace("e+", "e")  # 1e+13 -> 1e13
+
+
+def run_name(values: dict) -> str:
+  """Deterministic directory name from the values that define a run: 'lr=0.001,d_model=256'.
+
+  Keys are shortened to their last component unless two would collide; unsafe characters
+  become '_'; names past 120 characters are cut and end in a hash of the full name.
+  """
+  leaves = [k.rsplit(".", 1)[-1] for k in values]
+  keys = [leaf if leaves.count(leaf) == 1 else k for k, leaf in zip(values, leaves)]
+  name = ",".join(f"{k}={_format(v)}" for k, v in zip(keys, values.values()))
+  name = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)
+  if len(name) > 120:
+    name = name[:111] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
+  return name
+
+
+# --- expansion ---------------------------------------------------------------------------------
+
+def _grid(config, sweep) -> list[dict]:
+  axes = [(k, [_scalar(v) for v in values.split(",")]) for k, values in _axes(sweep.axes)]
+  runs = []
+  for combo in itertools.product(*(values for _, values in axes)):
+    overrides = dict(zip((k for k, _ in axes), combo))
+    runs.append(dict(name=run_name(overrides), overrides=overrides))
+  return runs
+
+
+def _random(config, sweep) -> list[dict]:
+  axes = [(k, _distribution(k, text)) for k, text in _axes(sweep.axes)]
+  rng = np.random.default_rng(sweep.seed)
+  runs, seen = [], set()
+  for _ in range(sweep.trials):
+    overrides = {k: draw(rng) for k, draw in axes}
+    name = run_name(overrides)
+    if name not in seen:  # a repeated draw (e.g. of a small choice) would share a workdir
+      seen.add(name)
+      runs.append(dict(name=name, overrides=overrides))
+  return runs
+
+
+def _scaling(config, sweep) -> list[dict]:
+  if sweep.axes:
+    raise ValueError("sweep.axes is for grid/random sweeps; a scaling sweep takes sizes and "
+                     "budgets or tokens")
+  sizes = _numbers(sweep.sizes, "sizes")
+  if bool(sweep.budgets) == bool(sweep.tokens):
+    raise ValueError("a scaling sweep needs exactly one of sweep.budgets (FLOPs) and "
+                     "sweep.tokens")
+  isoflop = bool(sweep.budgets)
+  targets = _numbers(sweep.budgets if isoflop else sweep.tokens,
+                     "budgets" if isoflop else "tokens")
+  seq_len, batch = config.data.seq_len, config.train.batch_size
+  tokens_per_step = batch * seq_len
+  runs = []
+  for size in sizes:
+    shape = shapes.shape_for_size(size, aspect_ratio=sweep.aspect_ratio,
+                                  head_dim=sweep.head_dim, ffn_ratio=sweep.ffn_ratio)
+    model = config.model.to_dict() | shape
+    counts = shapes.param_counts(model)
+    per_token = shapes.flops_per_token(model, seq_len)
+    for target in targets:
+      tokens = target / per_token if isoflop else target
+      steps = max(1, round(tokens / tokens_per_step))
+      ratio = steps * tokens_per_step / counts["non_embedding"]
+      if isoflop and (steps < sweep.min_steps
+                      or (sweep.min_tokens_per_param and ratio < sweep.min_tokens_per_param)
+                      or (sweep.max_tokens_per_param and ratio > sweep.max_tokens_per_param)):
+        continue
+      overrides = {f"model.{k}": v for k, v in shape.items()}
+      overrides["train.steps"] = steps
+      # Short runs still log, evaluate and checkpoint ~10 times, so every run has a loss
+      # curve for the compute frontier and an interrupted one loses little.
+      for key in ("log_every", "eval_every", "checkpoint_every"):
+        if key in config.train:
+          overrides[f"train.{key}"] = max(1, min(config.train[key], steps // 10))
+      if "warmup_steps" in config.get("opt", {}):
+        overrides["opt.warmup_steps"] = min(config.opt.warmup_steps, max(1, steps // 10))
+      label = {"N": _short(size), ("C" if isoflop else "D"): _short(target)}
+      runs.append(dict(
+          name=run_name(label), overrides=overrides, target_size=size,
+          budget=target if isoflop else None,  # the IsoFLOP curve this run belongs to
+          params_non_embedding=counts["non_embedding"], params_total=counts["total"],
+          tokens=steps * tokens_per_step, flops_per_token=per_token,
+          flops=steps * tokens_per_step * per_token))
+  if not runs:
+    raise ValueError("the scaling design is empty: every (size, budget) pair trains for fewer "
+                     "than sweep.min_steps steps or falls outside the tokens-per-param range")
+  return runs
+
+
+KINDS = {"grid": _grid, "random": _random, "scaling": _scaling}
+
+
+def expand(config) -> list[dict]:
+  """The runs of `config.sweep`: dicts with `name`, `overrides` and, for scaling, the design."""
+  if "sweep" not in config:
+    raise ValueError("config has no `sweep` sub-dict; give one (see launch/sweep.py) or "
+                     "pass --sweep to the launcher")
+  sweep = config.sweep
+  if sweep.kind not in KINDS:
+    raise ValueError(f"unknown sweep kind {sweep.kind!r}; valid: {sorted(KINDS)}")
+  return KINDS[sweep.kind](config, sweep)
+
+
+# --- the sweep directory -----------------------------------------------------------------------
+
+def train_command(python: str, module: str, config_arg: str, run_dir: str, overrides: dict,
+                  extra: tuple = ()) -> list[str]:
+  """argv of one run; `extra` holds the launcher's own --config.* flags, passed on verbatim."""
+  flags = [f"--config.{k}={_format_exact(v)}" for k, v in overrides.items()]
+  return [python, "-m", module, f"--config={config_arg}", f"--workdir={run_dir}", *extra, *flags]
+
+
+def _format_exact(value) -> str:
+  return repr(value) if isinstance(value, float) else str(value)  # repr round-trips floats
+
+
+def is_finished(run_dir: str) -> bool:
+  return os.path.exists(os.path.join(run_dir, "summary.json"))
+
+
+def write_sweep_json(workdir: str, config, runs: list[dict], command: list[str]) -> str:
+  path = os.path.join(workdir, "sweep.json")
+  os.makedirs(workdir, exist_ok=True)
+  record = dict(sweep=config.sweep.to_dict(), command=command, runs=runs,
+                flops_convention="6 * params_non_embedding + 6 * num_layers * seq_len * "
+                                 "num_heads * head_dim per token (experiments/scaling/shapes.py)")
+  with open(path + ".tmp", "w") as f:
+    json.dump(record, f, indent=2)
+  os.replace(path + ".tmp", path)  # a reader never sees half a file
+  return path
+
+
+def read_sweep(workdir: str) -> list[dict]:
+  """Every run of DIR: those declared in sweep.json and any other DIR/*/summary.json.
+
+  Each row has `name`, `declared` (from sweep.json, or {}) and `summary` (or None if the run
+  has not finished).
+  """
+  declared = {}
+  path = os.path.join(workdir, "sweep.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      declared = {r["name"]: r for r in json.load(f)["runs"]}
+  names = list(declared)
+  if os.path.isdir(workdir):
+    names += sorted(n for n in os.listdir(workdir)
+                    if n not in declared and is_finished(os.path.join(workdir, n)))
+  rows = []
+  for name in names:
+    summary = None
+    if is_finished(os.path.join(workdir, name)):
+      with open(os.path.join(workdir, name, "summary.json")) as f:
+        summary = json.load(f)
+    rows.append(dict(name=name, declared=declared.get(name, {}), summary=summary))
+  return rows
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def results_table(workdir: str) -> str:
+  """Markdown table of every run, finished ones sorted by final eval loss, then the rest."""
+  rows = read_sweep(workdir)
+  configs = [_flat(r["summary"].get("config", {})) if r["summary"] else
+             dict(r["declared"].get("overrides", {})) for r in rows]
+  keys = sorted({k for c in configs for k in c})
+  # An unfinished run only knows its overrides, so a key it lacks does not count as varying.
+  varying = [k for k in keys if len({json.dumps(c[k], sort_keys=True, default=str)
+                                     for c in configs if k in c}) > 1]
+  head = ["run", *varying, "eval loss", "params (non-emb)", "tokens", "FLOPs", "wall time"]
+  done = sorted((r for r in rows if r["summary"]), key=lambda r: _loss(r["summary"]))
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in done + [r for r in rows if not r["summary"]]:
+    s, config = r["summary"] or {}, configs[rows.index(r)]
+    cells = [r["name"], *(_format(config.get(k, "")) for k in varying)]
+    if s:
+      cells += [f"{_loss(s):.4f}", f"{s.get('params_non_embedding', 0):,}",
+                f"{s.get('tokens', 0):.3g}", f"{s.get('flops', 0):.3g}",
+                f"{s.get('wall_time_s', 0):.0f} s"]
+    else:
+      cells += ["not finished", "", "", "", ""]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def _loss(summary: dict) -> float:
+  loss = summary.get("final_eval_loss")
+  return float(loss) if isinstance(loss, (int, float)) and math.isfinite(loss) else math.inf
+
+
+def write_results(workdir: str) -> str:
+  path = os.path.join(workdir, "results.md")
+  with open(path, "w") as f:
+    f.write(results_table(workdir))
+  return path

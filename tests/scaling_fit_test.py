@@ -1,0 +1,208 @@
+"""Scaling-law fits recover published laws; the sweep-directory CLI writes its outputs.
+
+Published laws (L = E + A/N^alpha + B/D^beta, N parameters, D tokens):
+  Hoffmann et al. 2022 (Chinchilla), eq. 10: E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28.
+  Besiroglu et al. 2024 ("Chinchilla Scaling: A replication attempt") refit:
+    E=1.82, A=482.0, B=2085.4, alpha=0.348, beta=0.366.
+The compute-optimal numbers asserted below were computed for this file from those parameters
+with C = 6ND, by closed form and checked by direct numerical minimization (test below):
+  Hoffmann: a = 0.28/0.62 = 0.4516, b = 0.5484 (the paper's table 3 gives 0.46 / 0.54 from
+    unrounded parameters).
+  Besiroglu: a = 0.366/0.714 = 0.5126; at Chinchilla's budget C = 5.76e23, N_opt = 7.23e10
+    (Chinchilla has 70B parameters) and D_opt / N_opt = 18.4 tokens per parameter (Chinchilla
+    trained 1.4T tokens, 20 per parameter).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+import scipy.optimize
+
+from experiments.scaling import fit
+from launch import sweep
+
+HOFFMANN = dict(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
+BESIROGLU = dict(E=1.82, A=482.0, B=2085.4, alpha=0.348, beta=0.366)
+CHINCHILLA_C = 5.76e23
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_init_grid_is_hoffmanns_appendix_d2():
+  grid = fit.init_grid("hoffmann")
+  assert grid.shape == (6 * 6 * 5 * 5 * 5, 5)
+  a, b, e, alpha, beta = (np.unique(grid[:, i]) for i in range(5))
+  np.testing.assert_allclose(a, [0, 5, 10, 15, 20, 25])
+  np.testing.assert_allclose(b, a)
+  np.testing.assert_allclose(e, [-1, -0.5, 0, 0.5, 1])
+  np.testing.assert_allclose(alpha, [0, 0.5, 1, 1.5, 2])
+  np.testing.assert_allclose(beta, alpha)
+  coarse = {tuple(x) for x in fit.init_grid("coarse")}
+  assert coarse <= {tuple(x) for x in grid}
+  with pytest.raises(ValueError, match="valid: .*hoffmann"):
+    fit.init_grid("fine")
+
+
+@pytest.mark.parametrize("law", [HOFFMANN, BESIROGLU], ids=["hoffmann", "besiroglu"])
+def test_compute_optimal_matches_numerical_minimum(law):
+  for c in (1e20, CHINCHILLA_C):
+    best = fit.compute_optimal(law, c)
+    # Independent route: minimize L(N, C/(6N)) over log N directly.
+    res = scipy.optimize.minimize_scalar(
+        lambda x: fit.predict_loss(law, np.exp(x), c / (6 * np.exp(x))),
+        bounds=(np.log(1e6), np.log(1e13)), method="bounded", options=dict(xatol=1e-10))
+    np.testing.assert_allclose(best["N_opt"], np.exp(res.x), rtol=1e-4)
+    np.testing.assert_allclose(6 * best["N_opt"] * best["D_opt"], c, rtol=1e-12)
+
+
+def test_published_compute_optimal_allocations():
+  hoff = fit._with_exponents(HOFFMANN)
+  assert hoff["a"] == pytest.approx(0.4516, abs=1e-4)
+  assert hoff["b"] == pytest.approx(0.5484, abs=1e-4)
+  besi = fit._with_exponents(BESIROGLU)
+  assert besi["a"] == pytest.approx(0.5126, abs=1e-4)
+  opt = fit.compute_optimal(BESIROGLU, CHINCHILLA_C)
+  assert opt["N_opt"] == pytest.approx(7.23e10, rel=0.01)
+  assert opt["tokens_per_param"] == pytest.approx(18.4, abs=0.1)
+
+
+def _chinchilla_design(law, seed, noise=0.002):
+  """Sizes 3e7..1e10 each trained on 2..200 tokens per parameter, like Hoffmann's runs."""
+  rng = np.random.default_rng(seed)
+  n = np.repeat(np.geomspace(3e7, 1e10, 8), 6)
+  d = n * np.tile(np.geomspace(2, 200, 6), 8)
+  loss = fit.predict_loss(law, n, d) * np.exp(rng.normal(0, noise, n.size))
+  return n, d, loss
+
+
+@pytest.mark.parametrize("law", [HOFFMANN, BESIROGLU], ids=["hoffmann", "besiroglu"])
+def test_fit_chinchilla_recovers_law(law):
+  n, d, loss = _chinchilla_design(law, seed=1)
+  got = fit.fit_chinchilla(n, d, loss, grid="coarse", bootstrap=20, budgets=[CHINCHILLA_C])
+  assert got["E"] == pytest.approx(law["E"], abs=0.03)
+  assert got["alpha"] == pytest.approx(law["alpha"], abs=0.02)
+  assert got["beta"] == pytest.approx(law["beta"], abs=0.02)
+  assert got["A"] == pytest.approx(law["A"], rel=0.2)
+  assert got["B"] == pytest.approx(law["B"], rel=0.2)
+  want = fit._with_exponents(law)
+  assert got["a"] == pytest.approx(want["a"], abs=0.015)
+  assert got["b"] == pytest.approx(1 - got["a"])
+  assert got["rms_log_residual"] < 0.003  # noise is 0.002
+  for key in ("E", "alpha", "beta", "a", "b"):
+    lo, hi = got["ci"][key]
+    assert lo <= got[key] <= hi, key
+  opt = got["optimal"][0]
+  true_ratio = fit.compute_optimal(law, CHINCHILLA_C)["tokens_per_param"]
+  assert opt["tokens_per_param"] == pytest.approx(true_ratio, rel=0.25)
+  assert opt["ci"]["N_opt"][0] <= opt["N_opt"] <= opt["ci"]["N_opt"][1]
+
+
+def test_fit_chinchilla_rejects_bad_input():
+  with pytest.raises(ValueError, match="differ in length"):
+    fit.fit_chinchilla([1e6, 1e7], [1e9], [3.0, 2.5])
+  with pytest.raises(ValueError, match="L must be finite and positive"):
+    fit.fit_chinchilla([1e6] * 5, [1e9] * 5, [3, 2, np.nan, 2, 2])
+  with pytest.raises(ValueError, match="at least 5 runs"):
+    fit.fit_chinchilla([1e6, 1e7], [1e9, 1e9], [3.0, 2.5])
+
+
+def test_isoflop_recovers_exponent():
+  # IsoFLOP curves of Hoffmann's law, 7 sizes spanning 16x around each budget's optimum.
+  rng = np.random.default_rng(0)
+  c, n, loss = [], [], []
+  for budget in np.geomspace(1e18, 1e21, 4):
+    centre = fit.compute_optimal(HOFFMANN, budget)["N_opt"]
+    for size in centre * np.geomspace(1 / 4, 4, 7):
+      c.append(budget)
+      n.append(size)
+      loss.append(fit.predict_loss(HOFFMANN, size, budget / (6 * size)) *
+                  np.exp(rng.normal(0, 1e-3)))
+  d = np.array(c) / (6 * np.array(n))
+  got = fit.fit_isoflop(c, n, loss, d)
+  assert got["a"] == pytest.approx(0.28 / 0.62, abs=0.01)
+  assert got["b"] == pytest.approx(0.34 / 0.62, abs=0.01)
+  assert all(curve["inside"] for curve in got["curves"])
+  # Too few sizes for a parabola: that budget is skipped, with the reason.
+  got = fit.fit_isoflop(c[:9], n[:9], loss[:9])
+  assert len(got["curves"]) == 1 and "need 3" in got["skipped"][0]["reason"]
+
+
+def test_kaplan_recovers_alpha_n_and_frontier():
+  # Kaplan et al. 2020 eq. 1.1 and 1.4 exponents: alpha_N = 0.076, alpha_C^min = 0.050.
+  rng = np.random.default_rng(0)
+  sizes = np.repeat(np.geomspace(1e6, 1e9, 7), 3)
+  # Each size has its converged run and two worse (e.g. shorter) ones; only the best counts.
+  loss = (8.8e13 / sizes) ** 0.076 * np.tile([1.0, 1.05, 1.2], 7)
+  loss *= np.exp(rng.normal(0, 1e-3, sizes.size))
+  got = fit.fit_kaplan(sizes, loss)
+  assert got["alpha_N"] == pytest.approx(0.076, abs=0.005)
+  assert len(got["N"]) == 7
+  flops = np.geomspace(1e15, 1e20, 30)
+  on_law = (3.1e8 * 8.64e19 / flops) ** 0.050  # C_c = 3.1e8 PF-days in FLOPs
+  above = on_law * (1 + rng.uniform(0.01, 0.3, 30))
+  got = fit.fit_frontier(np.concatenate([flops, flops * 1.1]),
+                         np.concatenate([on_law, above]))
+  assert got["alpha_C"] == pytest.approx(0.050, abs=1e-3)
+  c_env, l_env = fit.lower_envelope([1, 2, 3, 4], [5, 6, 4, 4.5])
+  np.testing.assert_array_equal(c_env, [1, 3])
+
+
+def _fake_sweep(workdir, law, noise=0.003):
+  """A finished IsoFLOP sweep whose losses follow `law`, as launch.local would leave it."""
+  config = ml_collections.ConfigDict(dict(
+      model=dict(kind="decoder", vocab_size=256, ffn="gelu", tie_embeddings=True,
+                 d_model=64, num_layers=2, num_heads=2, num_kv_heads=0, head_dim=0, d_ff=256),
+      data=dict(seq_len=128), train=dict(steps=10, batch_size=8, eval_every=100),
+      sweep=sweep.default_config()))
+  config.sweep.update(kind="scaling", sizes="5e4,1e5,2e5,4e5,8e5", budgets="1e12,4e12,1.6e13")
+  runs = sweep.expand(config)
+  sweep.write_sweep_json(workdir, config, runs, ["test"])
+  rng = np.random.default_rng(0)
+  for run in runs[:-1]:  # the last run "did not finish"
+    run_dir = os.path.join(workdir, run["name"])
+    os.makedirs(run_dir)
+    n, steps = run["params_non_embedding"], run["overrides"]["train.steps"]
+    with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+      for step in (steps // 4, steps // 2, steps):
+        tokens = run["tokens"] * step / steps
+        f.write(json.dumps(dict(step=step, loss=9.0,
+                                eval_loss=float(fit.predict_loss(law, n, tokens)))) + "\n")
+    summary = dict(final_eval_loss=float(fit.predict_loss(law, n, run["tokens"]) *
+                                         np.exp(rng.normal(0, noise))),
+                   params_total=run["params_total"], params_non_embedding=n,
+                   tokens=run["tokens"], flops=run["flops"],
+                   flops_per_token=run["flops_per_token"], wall_time_s=12.0, step=steps,
+                   config={**run["overrides"], "opt.lr": 1e-3})
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+      json.dump(summary, f)
+  return runs
+
+
+def test_fit_cli_on_a_sweep_directory(tmp_path):
+  workdir = str(tmp_path / "sweep")
+  runs = _fake_sweep(workdir, HOFFMANN)
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.scaling.fit", f"--workdir={workdir}",
+       "--grid=coarse", "--bootstrap=5"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  with open(os.path.join(workdir, "fit.json")) as f:
+    result = json.load(f)
+  for key in ("E", "A", "B", "alpha", "beta", "a", "b"):
+    assert np.isfinite(result[key]), key
+  assert result["num_runs"] == len(runs) - 1
+  assert len(result["isoflop"]["curves"]) == 3
+  assert result["frontier"]["metric"] == "eval_loss"
+  for png in ("isoflop.png", "optimal.png", "frontier.png", "contours.png"):
+    assert os.path.getsize(os.path.join(workdir, png)) > 10_000, png
+  with open(os.path.join(workdir, "results.md")) as f:
+    table = f.read().splitlines()
+  assert "model.d_model" in table[0] and "train.steps" in table[0]
+  assert "opt.lr" not in table[0]  # the same in every run
+  losses = [float(line.split("|")[-6]) for line in table[2:-1]]
+  assert losses == sorted(losses)
+  assert table[-1].startswith(f"| {runs[-1]['name']} |") and "not finished" in table[-1]
