@@ -1,0 +1,64 @@
+"""Checkpoint retention (last N plus best), round trips, and the compatibility check."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tiny_run
+from transformer import checkpoint
+
+
+def _state(value):
+  return {"params": {"w": jnp.full((2, 3), value)}, "opt_state": {"mu": jnp.zeros(3)},
+          "step": jnp.array(value, jnp.int32), "rng": jax.random.key_data(jax.random.key(7))}
+
+
+def test_keeps_the_last_n_and_the_best_and_round_trips(tmp_path):
+  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
+  manager = checkpoint.make_manager(str(tmp_path), keep=2, keep_best=1)
+  eval_losses = {2: 0.5, 4: 0.9}
+  for step in range(1, 6):
+    checkpoint.save(manager, step, _state(step), {"0": {"pos": step}}, config,
+                    eval_loss=eval_losses.get(step))
+  manager.wait_until_finished()
+  assert manager.all_steps() == [2, 4, 5]  # 2 is the best eval, 4 and 5 the latest
+  assert manager.best_step() == 2
+
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), _state(0))
+  state, data_state = checkpoint.restore(manager, 4, abstract)
+  np.testing.assert_array_equal(state["params"]["w"], np.full((2, 3), 4.0))
+  assert int(state["step"]) == 4 and data_state == {"0": {"pos": 4}}
+  np.testing.assert_array_equal(state["rng"], _state(0)["rng"])
+  assert checkpoint.read_config(manager, 4).model.d_model == config.model.d_model
+  manager.close()
+
+
+def test_compatibility_allows_runtime_keys_and_names_real_differences(tmp_path):
+  saved = tiny_run.tiny_config(str(tmp_path))
+  now = tiny_run.tiny_config(str(tmp_path), **{"model.attention": "chunked",
+                                               "train.steps": 99, "opt.lr": 1.0})
+  checkpoint.check_compatible(saved, now, "w")  # no error
+  deeper = tiny_run.tiny_config(str(tmp_path), **{"model.num_layers": 3,
+                                                  "model.position.name": "alibi"})
+  with pytest.raises(ValueError, match=r"w holds a checkpoint of a different model "
+                     r"\(model.num_layers: 2 saved vs 3 now, model.position.name: 'rope' "
+                     r"saved vs 'alibi' now\)"):
+    checkpoint.check_compatible(saved, deeper, "w")
+  retokenized = tiny_run.tiny_config(str(tmp_path), **{"data.tokenizer": "sentencepiece"})
+  with pytest.raises(ValueError, match="data.tokenizer='bytes', now 'sentencepiece'"):
+    checkpoint.check_compatible(saved, retokenized, "w")
+
+
+def test_single_process_gather_is_the_identity():
+  assert checkpoint.gather_host_states({"0": {"a": 1}}) == {"0": {"a": 1}}
+
+
+def test_flatten():
+  assert checkpoint.flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {
+      "a.b": 1, "a.c.d": 2, "e": 3}
+
+
+def test_load_for_inference_without_a_checkpoint_says_so(tmp_path):
+  with pytest.raises(FileNotFoundError, match="no checkpoint under"):
+    checkpoint.load_for_inference(str(tmp_path))

@@ -1,0 +1,62 @@
+"""Two processes on localhost (jax.distributed, CPU collectives over gloo) train one model
+together and agree with one process that holds both devices and both data shards."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tiny_run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SETS = ["train.steps=3", "train.checkpoint_every=2", "train.data_shards=2"]
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _cmd(workdir, data_dir, *flags):
+  cmd = [sys.executable, os.path.join(HERE, "tiny_run.py"), "--workdir", str(workdir),
+         "--data_dir", data_dir, *flags]
+  for s in SETS:
+    cmd += ["--set", s]
+  return cmd
+
+
+def test_two_processes_agree_with_one(tmp_path, tmp_path_factory):
+  env = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
+  data_dir = str(tmp_path / "tfds")
+  one_env = dict(env, XLA_FLAGS=env.get("XLA_FLAGS", "") +
+                 " --xla_force_host_platform_device_count=2")
+  single = subprocess.run(_cmd(tmp_path / "one", data_dir), capture_output=True, text=True,
+                          env=one_env, timeout=600, cwd=os.path.dirname(HERE))
+  assert single.returncode == 0, single.stderr[-3000:]
+  reference = json.loads(single.stdout.strip().splitlines()[-1])
+
+  address = f"localhost:{_free_port()}"
+  procs = [subprocess.Popen(
+      _cmd(tmp_path / "two", data_dir, "--coordinator_address", address,
+           "--num_processes", "2", "--process_id", str(i)),
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+      cwd=os.path.dirname(HERE)) for i in range(2)]
+  outs = [p.communicate(timeout=600) for p in procs]
+  for p, (_, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  together = json.loads(outs[0][0].strip().splitlines()[-1])
+
+  steps = sorted(reference["losses"])
+  np.testing.assert_allclose([together["losses"][s] for s in steps],
+                             [reference["losses"][s] for s in steps], atol=1e-5, rtol=0)
+  assert together["summary"]["final_eval_loss"] == pytest.approx(
+      reference["summary"]["final_eval_loss"], abs=1e-5)
+  # Only process 0 writes the run's logs.
+  assert len(os.listdir(tmp_path / "two" / "tensorboard")) == 1
+  assert sorted(os.listdir(tmp_path / "two" / "checkpoints")) == ["2", "3"]
+
