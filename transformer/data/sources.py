@@ -54,8 +54,10 @@ def _catalog_builder(data_config, directory):
         f"unknown dataset {name!r}: built-in datasets are {sorted(builders.BUILDERS)}; a TFDS "
         f"catalog dataset must be prepared first under {directory} ({prepare})") from None
   if builder.info.file_format != tfds.core.FileFormat.ARRAY_RECORD:
-    raise ValueError(f"dataset {name!r} under {directory} is {builder.info.file_format.value}; "
-                     f"rebuild it {prepare}")
+    raise ValueError(f"dataset {name!r} under {directory} is {builder.info.file_format.value}, "
+                     f"grain needs array_record: rebuild it ({prepare}) or convert it (tfds "
+                     f"convert_format --dataset_version_dir={builder.data_dir} "
+                     f"--out_file_format=array_record)")
   if data_config.text_key not in builder.info.features:
     raise ValueError(f"dataset {name!r} has no feature data.text_key={data_config.text_key!r}; "
                      f"features: {sorted(builder.info.features)}")
