@@ -15,6 +15,7 @@ in DIR/<name>/, where the name is made from the values that vary, so re-declarin
 sweep finds the same directories.
 
 DIR/sweep.json records the design and every run; DIR/<name>/summary.json marks a finished run.
+`python -m launch.sweep --workdir DIR` rewrites and prints DIR/results.md.
 """
 
 import hashlib
@@ -23,9 +24,11 @@ import json
 import math
 import os
 import re
+import socket
 
 import ml_collections
 import numpy as np
+from ml_collections import config_flags
 
 from experiments.scaling import shapes
 
@@ -217,7 +220,20 @@ def expand(config) -> list[dict]:
   sweep = config.sweep
   if sweep.kind not in KINDS:
     raise ValueError(f"unknown sweep kind {sweep.kind!r}; valid: {sorted(KINDS)}")
-  return KINDS[sweep.kind](config, sweep)
+  runs = KINDS[sweep.kind](config, sweep)
+  for key in {k for r in runs for k in r["overrides"]}:
+    _check_key(config, key)  # here, not after N runs each die on the same typo
+  return runs
+
+
+def _check_key(config, key: str) -> None:
+  node = config
+  for i, part in enumerate(key.split(".")):
+    if not hasattr(node, "keys") or part not in node:
+      where = ".".join(key.split(".")[:i]) or "the config"
+      valid = sorted(node.keys()) if hasattr(node, "keys") else []
+      raise ValueError(f"sweep key {key!r}: {where} has no {part!r}; valid: {valid}")
+    node = node[part]
 
 
 # --- the sweep directory -----------------------------------------------------------------------
@@ -225,12 +241,47 @@ def expand(config) -> list[dict]:
 def train_command(python: str, module: str, config_arg: str, run_dir: str, overrides: dict,
                   extra: tuple = ()) -> list[str]:
   """argv of one run; `extra` holds the launcher's own --config.* flags, passed on verbatim."""
-  flags = [f"--config.{k}={_format_exact(v)}" for k, v in overrides.items()]
+  flags = [f"--config.{k}={format_value(v)}" for k, v in overrides.items()]
   return [python, "-m", module, f"--config={config_arg}", f"--workdir={run_dir}", *extra, *flags]
 
 
-def _format_exact(value) -> str:
-  return repr(value) if isinstance(value, float) else str(value)  # repr round-trips floats
+def format_value(value) -> str:
+  """A value as a --config.KEY=VALUE flag reads it back (repr round-trips floats)."""
+  if isinstance(value, (tuple, list)):
+    return "(" + ",".join(format_value(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+  return repr(value) if isinstance(value, float) else str(value)
+
+
+def with_sweep_flag(config, axes: str, trials: int):
+  """`config` with its sweep set from --sweep/--trials (added if the config has none)."""
+  if not axes:
+    if trials:
+      raise ValueError("--trials needs --sweep with the random-search axes")
+    return config
+  with config.unlocked():
+    if "sweep" not in config:
+      config.sweep = default_config()
+  config.sweep.update(kind="random" if trials else "grid", axes=axes,
+                      trials=trials or config.sweep.trials)
+  return config
+
+
+def passthrough_flags(config_flag) -> list[str]:
+  """The launcher's own --config.KEY=VALUE overrides, for every run (not the sweep's keys)."""
+  overrides = config_flags.get_override_values(config_flag)
+  return [f"--config.{k}={format_value(v)}" for k, v in overrides.items()
+          if not k.startswith("sweep.")]
+
+
+def plan(config, workdir: str, *, config_arg: str, python: str = "python",
+         module: str = "transformer.train", extra_flags=(), launcher=()) -> list[dict]:
+  """expand(config) with each run's argv under `command`; writes DIR/sweep.json."""
+  runs = expand(config)
+  for r in runs:
+    r["command"] = train_command(python, module, config_arg, os.path.join(workdir, r["name"]),
+                                 r["overrides"], extra_flags)
+  write_sweep_json(workdir, config, runs, list(launcher))
+  return runs
 
 
 def is_finished(run_dir: str) -> bool:
@@ -243,10 +294,17 @@ def write_sweep_json(workdir: str, config, runs: list[dict], command: list[str])
   record = dict(sweep=config.sweep.to_dict(), command=command, runs=runs,
                 flops_convention="6 * params_non_embedding + 6 * num_layers * seq_len * "
                                  "num_heads * head_dim per token (experiments/scaling/shapes.py)")
-  with open(path + ".tmp", "w") as f:
-    json.dump(record, f, indent=2)
-  os.replace(path + ".tmp", path)  # a reader never sees half a file
+  _atomic_write(path, json.dumps(record, indent=2))
   return path
+
+
+def _atomic_write(path: str, text: str) -> None:
+  # Launchers on several hosts (or parallel array tasks) may write the same file; each writes
+  # its own temporary and renames it, so a reader never sees half a file.
+  tmp = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
+  with open(tmp, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)
 
 
 def read_sweep(workdir: str) -> list[dict]:
@@ -315,7 +373,21 @@ def _loss(summary: dict) -> float:
 
 
 def write_results(workdir: str) -> str:
+  """(Re)write DIR/results.md from what is on disk now."""
   path = os.path.join(workdir, "results.md")
-  with open(path, "w") as f:
-    f.write(results_table(workdir))
+  _atomic_write(path, results_table(workdir))
   return path
+
+
+def main(argv):
+  del argv
+  from absl import flags
+  print(open(write_results(flags.FLAGS.workdir)).read(), end="")
+
+
+if __name__ == "__main__":
+  from absl import app, flags
+
+  flags.DEFINE_string("workdir", None, "Sweep directory: (re)write and print DIR/results.md.")
+  flags.mark_flag_as_required("workdir")
+  app.run(main)

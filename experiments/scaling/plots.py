@@ -30,7 +30,35 @@ def _budget_colors(budgets):
   return {b: cmap(i / max(len(budgets) - 1, 1) * 0.9) for i, b in enumerate(budgets)}
 
 
+def _two_and_five(value, _):
+  mantissa, exponent = f"{value:.0e}".split("e")
+  return f"{mantissa}e{int(exponent)}" if mantissa in ("2", "5") else ""
+
+
+def _tidy_log_axes(fig):
+  """Plain numbers on loss axes; no minor-tick labels where a decade mark is in view.
+
+  Matplotlib's defaults print 3x10^0 on a narrow loss axis and crowd minor labels like
+  2x10^8 3x10^8 into each other on a wide FLOPs axis.
+  """
+  plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.3g}")
+  for ax in fig.axes:
+    for axis, lim, label in ((ax.xaxis, ax.get_xlim(), ax.get_xlabel()),
+                             (ax.yaxis, ax.get_ylim(), ax.get_ylabel())):
+      if axis.get_scale() != "log":
+        continue
+      if "loss" in label:
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain if lim[1] / lim[0] < 3 else
+                                 matplotlib.ticker.NullFormatter())
+      else:
+        decades = np.floor(np.log10(lim[1])) - np.ceil(np.log10(lim[0])) + 1
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter() if decades >= 2 else
+                                 matplotlib.ticker.FuncFormatter(_two_and_five))
+
+
 def _save(fig, path):
+  _tidy_log_axes(fig)
   fig.savefig(path, dpi=130, bbox_inches="tight")
   plt.close(fig)
   return path
@@ -100,19 +128,19 @@ def plot_frontier(path, runs, kaplan, frontier):
   ax.legend(fontsize=8)
 
   ax = axes[1]
-  sizes = np.unique(runs["N"])
   cmap = plt.get_cmap("plasma")
+  norm = matplotlib.colors.LogNorm(runs["N"].min(), max(runs["N"].max(), runs["N"].min() * 1.01))
   for n, curve in zip(runs["N"], runs["curves"]):
-    i = np.searchsorted(sizes, n) / max(len(sizes) - 1, 1)
-    ax.plot(curve[:, 0], curve[:, 1], "-", color=cmap(0.85 * i), lw=0.8, alpha=0.7)
+    ax.plot(curve[:, 0], curve[:, 1], "-", color=cmap(0.85 * norm(n)), lw=0.8, alpha=0.7)
   if "alpha_C" in frontier:
     ax.plot(frontier["C"], frontier["L"], ".", color="black", ms=5, label="lower envelope")
     x = np.geomspace(min(frontier["C"]), max(frontier["C"]))
     ax.plot(x, (frontier["C_c"] / x) ** frontier["alpha_C"], "--", color="black",
             label=f"L = (C_c/C)^α_C, α_C = {frontier['alpha_C']:.3f}")
-  sm = plt.cm.ScalarMappable(cmap=cmap, norm=matplotlib.colors.LogNorm(
-      sizes.min(), max(sizes.max(), sizes.min() * 1.01)))
-  fig.colorbar(sm, ax=ax, label="parameters N")
+  # The bar shows the same 85% of the map the curves use.
+  bar_cmap = matplotlib.colors.ListedColormap(cmap(np.linspace(0, 0.85, 256)))
+  fig.colorbar(plt.cm.ScalarMappable(cmap=bar_cmap, norm=norm), ax=ax,
+               label=_params_label(runs))
   metric = "eval loss" if frontier.get("metric") == "eval_loss" else "training loss"
   ax.set(xscale="log", yscale="log", xlabel="training compute (FLOPs)",
          ylabel=f"{metric} (nats/token)", title="Loss vs compute: every run's curve")
@@ -135,10 +163,8 @@ def plot_contours(path, runs, chin):
   ax.clabel(cs, fontsize=7, fmt="%.2f")
   sc = ax.scatter(runs["N"], runs["D"], c=runs["L"], cmap="viridis", norm=norm,
                   edgecolors="black", linewidths=0.4, s=40, zorder=3)
-  bar = fig.colorbar(sc, ax=ax, label=_LOSS)
-  for axis in (bar.ax.yaxis,):  # plain numbers, not 8x10^0, on a log color scale
-    axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.3g"))
-    axis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.3g"))
+  bar = fig.colorbar(sc, ax=ax)
+  bar.set_label(_LOSS)  # a colorbar's axis label, so _tidy_log_axes gives it plain numbers
   c = np.geomspace(6 * 10 ** n_lo * 10 ** d_lo, 6 * 10 ** n_hi * 10 ** d_hi, 200)
   opt = fit.compute_optimal(chin, c)
   ax.plot(opt["N_opt"], opt["D_opt"], "-", color="C3", lw=1.5,

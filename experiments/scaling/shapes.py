@@ -6,9 +6,10 @@ The shape rule (one knob per choice, so a sweep is reproducible from its sizes a
     N ~ 12 L d^2 = 12 R^2 L^3, so L0 = round((N / (12 R^2))^(1/3)), at least 1;
   * for each depth L0-1, L0, L0+1 the two widths d, multiples of head_dim, around
     sqrt(N / (12 L)); of these (up to) six shapes the one whose exact non-embedding count is
-    nearest the target in log wins, ties going to the aspect ratio nearest R. Small models
-    have few heads, so a single width step is a large share of N; trying neighbours keeps the
-    achieved size within a few percent of the target instead of 20%.
+    nearest the target in log wins, ties going to the aspect ratio nearest R. Widths come in
+    steps of head_dim, a large share of a small model, so the achieved size is within ~12% of
+    the target from 1e6 up, ~20% from 1e5, and up to ~40% below that (tests/launch_test.py).
+    Sweeps record and fit the achieved counts, never the targets.
 Kaplan et al. 2020 (fig. 5) find loss nearly flat in R over 20..200 at fixed N, so R is a
 convenience, not a tuned value.
 
@@ -18,12 +19,13 @@ Counting convention (pre-LN decoder, no biases, RMSNorm scales only, tied embedd
     feed-forward = 2 * d * d_ff (GELU family) or 3 * d * d_ff (gated: swiglu, geglu)
   total = non-embedding + V * d (+ V * d again when the output head is untied)
 FLOPs per token (training = 3x forward, forward = 2 FLOPs per multiply-add):
-  6 * N_non_embedding + 6 * L * min(seq_len, window) * H * hd
-Kaplan et al. 2020, table 1, as transformer/inspect.py counts it (tests/launch_test.py checks
-both agree): the attention term is the QK^T logits of the forward pass (2 L n_ctx d_attn),
-times 3 for training, with no causal discount; the vocabulary projection is left out with the
-embeddings. PaLM's convention (6N + 12 L H hd T) would also count AV; it is the same
-up to that factor 2 on a term that is small once d_model >> seq_len.
+  6 * N_non_embedding + 6 * L * T * H * hd,   T = min(seq_len, window)
+the convention of transformer/throughput.py (which the trainer writes into summary.json) and
+transformer/inspect.py; tests/launch_test.py checks all three agree. Scores and the weighted
+sum each cost 2 T d_attn per token forward, 12 T d_attn for training, halved for the causal
+mask (PaLM, appendix B); numerically it equals Kaplan et al.'s 6N + 6 L n_ctx d_attn. The
+vocabulary projection is left out with the embeddings. Kept here without jax so sweeps can be
+planned (and fits run) without loading the model code.
 """
 
 import math
