@@ -353,3 +353,21 @@ def test_sense_probes_and_kv_items():
   assert data.kv_items(4, 1, 3, seed=7) == data.kv_items(4, 1, 3, seed=7)
   text = grammar.document(random.Random(0))
   assert text.endswith(".") and text[0].isupper()
+
+
+def test_cross_document_rows_are_one_stream(tmp_path):
+  cfg = data.default_config()
+  cfg.update(data_dir=str(tmp_path), size="tiny", seq_len=1024, cross_document=True)
+  tok = data.get_tokenizer(cfg, None)
+  batch = next(data.make_iterator(cfg, tok, split="train", batch_size=4, objective="lm", seed=0))
+  real = batch["segment_ids"] > 0
+  assert set(np.unique(batch["segment_ids"])) <= {0, 1}
+  for row in range(4):
+    n = int(real[row].sum())
+    assert real[row, :n].all()  # padding only at the end
+    np.testing.assert_array_equal(batch["positions"][row, :n], np.arange(n))
+  # Several documents share a row: BOS appears inside it, not only at position 0.
+  assert (batch["inputs"][:, 1:] == tok.bos_id).any()
+  cfg.packing = False
+  with pytest.raises(ValueError, match="cross_document needs"):
+    data.validate(cfg, "lm")

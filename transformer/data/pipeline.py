@@ -34,6 +34,8 @@ def default_config() -> ml_collections.ConfigDict:
       tokenizer="bytes",       # see tokenizers.TOKENIZERS
       seq_len=256,
       packing=True,            # False: one document (piece) per row, padded
+      cross_document=False,    # lm + packing: a row is one segment, attention crosses the
+                               # documents packed in it (GPT-2 / Press et al. style streams)
       data_dir="",             # '' -> $TFDS_DATA_DIR -> ~/tensorflow_datasets
       size="small",            # synthetic datasets: see builders.SIZES
       task="copy",             # algorithmic: copy | reverse | sort | addition
@@ -57,6 +59,8 @@ def validate(data_config, objective: str | None = None) -> None:
                      f"valid: {sorted(tokenizers.TOKENIZERS)}")
   if data_config.seq_len < 2:
     raise ValueError(f"data.seq_len must be >= 2, got {data_config.seq_len}")
+  if data_config.cross_document and (not data_config.packing or objective not in (None, "lm")):
+    raise ValueError("data.cross_document needs data.packing=True and the 'lm' objective")
   if objective is not None and objectives.get_objective(objective).needs_seq2seq:
     if sources.fields(data_config) != sources.SEQ2SEQ_FIELDS:
       seq2seq = sorted(n for n, f in builders.FIELDS.items() if f == sources.SEQ2SEQ_FIELDS)
@@ -98,6 +102,13 @@ def _pad_row(features, seq_len):
   return row
 
 
+def _one_segment(row):
+  """Packed documents become one stream: one segment, positions counting across them."""
+  real = row["segment_ids"] > 0
+  return {**row, "segment_ids": real.astype(np.int32),
+          "positions": np.where(real, np.cumsum(real) - 1, 0).astype(np.int32)}
+
+
 def _pad_batch(batch, batch_size):
   # Only the last batch of a finite pass is short; empty rows keep shapes static for jit.
   short = batch_size - len(next(iter(batch.values())))
@@ -131,7 +142,10 @@ def make_dataset(data_config, tokenizer, *, split, batch_size, objective, seed,
         num_packing_bins=max(batch_size, _MIN_PACKING_ROWS), shuffle_bins=False)
   else:
     it = it.map(functools.partial(_pad_row, seq_len=seq_len))
-  it = it.map(obj.finalize).batch(batch_size, drop_remainder=False)
+  it = it.map(obj.finalize)
+  if data_config.cross_document:
+    it = it.map(_one_segment)
+  it = it.batch(batch_size, drop_remainder=False)
   return it.map(functools.partial(_pad_batch, batch_size=batch_size))
 
 

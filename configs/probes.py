@@ -1,0 +1,36 @@
+r"""Probes of trained decoders (agreement with attractors, lost in the middle, attention maps).
+
+    python -m experiments.probes.run --config configs/probes.py \
+        --workdir experiments/probes/results/grammar \
+        --config.experiment.lm_workdir=experiments/extrapolation/results/grammar
+
+The language models are the extrapolation experiment's (same config; reused when
+experiment.lm_workdir points at a finished or partial extrapolation workdir, trained here
+otherwise). The retrieval models are decoders trained on kv_retrieval with kv_train_pairs
+pairs per item and evaluated with fewer, as many and twice as many pairs.
+Arguments: those of configs/extrapolation.py.
+"""
+
+from configs import extrapolation
+
+
+def get_config(arg: str | None = None):
+  config = extrapolation.get_config(arg)
+  tiny = config.data.size == "tiny"
+  config.experiment.update(dict(
+      lm_workdir="",
+      seed=0,
+      agreement_items=200 if not tiny else 8,
+      kv_train_pairs=16 if not tiny else 4,
+      kv_eval_pairs="8,16,32" if not tiny else "2,4,8",
+      kv_seq_len=192 if not tiny else 64,
+      kv_max_len=384 if not tiny else 128,
+      kv_steps=3000 if not tiny else config.train.steps,
+      kv_positions=8 if not tiny else 3,
+      kv_items=100 if not tiny else 4,
+      map_scheme="rope",
+      map_sentence="The keys to the cabinet are lost so I can't open it",
+      map_layer=-1,
+      census_items=100 if not tiny else 2,
+  ))
+  return config

@@ -1,0 +1,189 @@
+r"""Position extrapolation: train one decoder per positional scheme at length L, evaluate at
+L, 2L, 4L, 8L and 16L (non-overlapping windows and a sliding window), write results.json,
+results.md and plots.
+
+  python -m experiments.extrapolation.run --config configs/extrapolation.py --workdir DIR
+
+Resumable: each scheme trains in DIR/runs/<scheme> (a finished run is skipped, an
+interrupted one resumes from its checkpoint) and each evaluation is cached in that run's
+extrapolation_eval.json. RoPE's context-extension scalings (position interpolation, YaRN)
+are applied to the trained RoPE model at evaluation only, with factor = eval length / L.
+"""
+
+import json
+import os
+import platform
+import time
+
+import jax
+import ml_collections
+import numpy as np
+from absl import app, flags, logging
+
+from experiments.extrapolation import plots
+from transformer import checkpoint, data, train
+from transformer.data import objectives as data_objectives
+from transformer.data import sources
+from transformer.scoring import Scorer
+
+# --config and --workdir are transformer.train's flags (defined when it is imported):
+# the same config file format, here with an `experiment` block, and the results directory.
+FLAGS = flags.FLAGS
+
+# Evaluation-only variants of a trained scheme: name -> (trained scheme, rope scaling).
+EVAL_VARIANTS = {"rope+pi": ("rope", "linear"), "rope+yarn": ("rope", "yarn")}
+
+
+def scheme_config(config: ml_collections.ConfigDict, scheme: str) -> ml_collections.ConfigDict:
+  """The training config of one scheme: the base config without the experiment block."""
+  base = ml_collections.ConfigDict(config.to_dict())
+  del base["experiment"]
+  base.model.position.name = scheme
+  longest = config.data.seq_len * max(_multipliers(config))
+  # A learned table covers exactly the training length: nothing past it was ever trained.
+  base.model.max_len = config.data.seq_len if scheme == "learned" else longest
+  return base
+
+
+def train_schemes(config, workdir: str, schemes) -> dict:
+  """Train (or resume, or skip when finished) one run per scheme in workdir/runs/<scheme>;
+  returns each run's summary."""
+  summaries = {}
+  for scheme in schemes:
+    run_dir = os.path.join(workdir, "runs", scheme)
+    summary_path = os.path.join(run_dir, "summary.json")
+    if not os.path.exists(summary_path):
+      print(f"== training {scheme} in {run_dir}", flush=True)
+      train.train_and_evaluate(scheme_config(config, scheme), run_dir)
+    with open(summary_path) as f:
+      summaries[scheme] = json.load(f)
+  return summaries
+
+
+def _multipliers(config):
+  return [int(m) for m in str(config.experiment.eval_multipliers).split(",")]
+
+
+def token_stream(data_config, tokenizer, split: str, num_tokens: int):
+  """(inputs, targets) of a split's documents concatenated, exactly as cross-document
+  training rows hold them: each document contributes BOS + tokens as inputs and
+  tokens + EOS as targets."""
+  records = sources.load(data_config, split)
+  inputs, targets, total = [], [], 0
+  for i in range(len(records)):
+    tokens, _ = data_objectives.lm_tokens(records[i], tokenizer)
+    inputs.append(tokens[:-1])
+    targets.append(tokens[1:])
+    total += len(tokens) - 1
+    if total >= num_tokens:
+      return np.concatenate(inputs)[:num_tokens], np.concatenate(targets)[:num_tokens]
+  raise ValueError(f"split {split!r} of {data_config.name!r} has only {total} tokens; "
+                   f"need {num_tokens} (lower experiment.eval_tokens)")
+
+
+def evaluate_length(scorer: Scorer, stream, length: int, stride: int, batch_size: int):
+  """Mean next-token loss with (a) non-overlapping windows of `length` tokens and (b) a
+  sliding window that advances by `stride`, scoring only the last `stride` targets of each
+  window (so every scored token sees at least length - stride tokens of context, as in
+  Press et al. 2022). Also the loss by position of the non-overlapping windows."""
+  inputs, targets = stream
+
+  def losses_of(starts):  # [len(starts), length]; batches padded to one compiled shape
+    out = []
+    for i in range(0, len(starts), batch_size):
+      chunk = list(starts[i:i + batch_size])
+      padded = chunk + [chunk[-1]] * (batch_size - len(chunk))
+      nll = scorer.token_losses(np.stack([inputs[b:b + length] for b in padded]),
+                                targets_BL=np.stack([targets[b:b + length] for b in padded]))[0]
+      out.append(nll[:len(chunk)])
+    return np.concatenate(out)
+
+  nll = losses_of(range(0, len(inputs) - length + 1, length))
+  sliding = losses_of(range(0, len(inputs) - length + 1, stride))[:, -stride:]
+  return float(nll.mean()), float(sliding.mean()), nll.mean(axis=0)
+
+
+def evaluate_run(config, run_dir: str, variant: str, stream: np.ndarray) -> dict:
+  """Losses of one trained run at every evaluation length (cached in the run directory)."""
+  cache_path = os.path.join(run_dir, "extrapolation_eval.json")
+  cache = {}
+  if os.path.exists(cache_path):
+    with open(cache_path) as f:
+      cache = json.load(f)
+  if variant in cache:
+    return cache[variant]
+  _, model_config, params, _ = checkpoint.load_for_inference(run_dir)
+  train_length = config.data.seq_len
+  exp = config.experiment
+  out = {"loss": {}, "loss_sliding": {}, "per_position": None}
+  for m in _multipliers(config):
+    length = train_length * m
+    if length > model_config.max_len:
+      out["loss"][length] = out["loss_sliding"][length] = None  # not applicable
+      continue
+    cfg = ml_collections.ConfigDict(model_config.to_dict())
+    if variant in EVAL_VARIANTS and m > 1:
+      cfg.position.scaling = EVAL_VARIANTS[variant][1]
+      cfg.position.scaling_factor = float(m)
+      cfg.position.original_max_len = train_length
+    stride = max(1, int(length * exp.sliding_stride_fraction))
+    loss, sliding, by_position = evaluate_length(Scorer(cfg, params), stream, length, stride,
+                                                 exp.eval_batch_size)
+    out["loss"][length], out["loss_sliding"][length] = loss, sliding
+    out["per_position"] = by_position.tolist()  # the longest applicable length wins
+    print(f"  {variant:10s} length {length:6d}: loss {loss:.4f}, sliding {sliding:.4f}",
+          flush=True)
+  cache[variant] = out
+  with open(cache_path, "w") as f:
+    json.dump(cache, f)
+  return out
+
+
+def main(argv):
+  del argv
+  config, workdir = FLAGS.config, FLAGS.workdir
+  if config is None or not workdir:
+    raise app.UsageError("--config and --workdir are required")
+  logging.set_verbosity(logging.ERROR)  # checkpoint libraries log every save at INFO
+  os.makedirs(workdir, exist_ok=True)
+  start = time.time()
+  exp = config.experiment
+  schemes = [s for s in str(exp.schemes).split(",") if s]
+  train_length = config.data.seq_len
+
+  summaries = train_schemes(config, workdir, schemes)
+
+  tokenizer = data.get_tokenizer(config.data, checkpoint.tokenizer_dir(
+      os.path.join(workdir, "runs", schemes[0])))
+  stream = token_stream(config.data, tokenizer, exp.eval_split, exp.eval_tokens)
+  results = {"train_length": train_length, "eval_lengths": [train_length * m for m in
+                                                            _multipliers(config)],
+             "loss": {}, "loss_sliding": {}, "per_position": {}, "not_applicable": {}}
+  variants = schemes + [v for v, (base, _) in EVAL_VARIANTS.items() if base in schemes]
+  for variant in variants:
+    base = EVAL_VARIANTS.get(variant, (variant,))[0]
+    print(f"== evaluating {variant}", flush=True)
+    out = evaluate_run(config, os.path.join(workdir, "runs", base), variant, stream)
+    results["loss"][variant] = out["loss"]
+    results["loss_sliding"][variant] = out["loss_sliding"]
+    results["per_position"][variant] = out["per_position"]
+    results["not_applicable"][variant] = [int(k) for k, v in out["loss"].items() if v is None]
+  results["perplexity"] = {v: {k: (float(np.exp(x)) if x is not None else None)
+                               for k, x in d.items()} for v, d in results["loss"].items()}
+  results["train_summaries"] = {s: {k: summaries[s][k] for k in
+                                    ("final_eval_loss", "params_total", "tokens", "step",
+                                     "wall_time_s")} for s in schemes}
+  results["eval_tokens"] = int(len(stream[0]))
+  results["dataset"] = config.data.name
+  results["wall_time_s"] = time.time() - start
+  results["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, jax " \
+                       f"{jax.__version__} on {jax.default_backend()}"
+  results = json.loads(json.dumps(results))  # int keys -> str, as a reader will see them
+  with open(os.path.join(workdir, "results.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  plots.write_all(results, workdir)
+  print(f"wrote {workdir}/results.json, results.md and plots in {time.time() - start:.0f}s")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,151 @@
+r"""Probes of trained decoders: agreement with attractors, lost in the middle, attention maps.
+
+  python -m experiments.probes.run --config configs/probes.py --workdir DIR
+
+"Move the relevant fact, add plausible distractions, and check whether the answer stays
+correct" (first seed):
+  * agreement: does the model prefer "The keys to the cabinet ... are" over "... is", by
+    number of attractors (0..4) and by subject-verb distance, per positional scheme;
+  * lost in the middle: key-value retrieval with the queried pair at position p of n pairs,
+    for n below, at and beyond the training context, per scheme;
+  * attention maps: every head of a layer for one sentence, and a summary of notable heads
+    (previous-token, attention sink on the first token, verb-to-subject) measured over many
+    probe sentences.
+Language models are reused from an extrapolation run (experiment.lm_workdir) or trained here;
+everything is resumable like the extrapolation experiment.
+"""
+
+import json
+import os
+import platform
+import time
+
+import jax
+import ml_collections
+import numpy as np
+from absl import app, flags, logging
+
+from experiments.extrapolation.run import train_schemes
+from experiments.probes import heads, plots
+from transformer import checkpoint, data
+from transformer.data import objectives as data_objectives
+from transformer.scoring import Scorer
+
+FLAGS = flags.FLAGS  # --config / --workdir: transformer.train's flags
+
+
+def _load(run_dir):
+  _, model_config, params, tokenizer = checkpoint.load_for_inference(run_dir)
+  return model_config, params, tokenizer
+
+
+def agreement(scorer, tokenizer, exp) -> dict:
+  """Accuracy of preferring the agreeing verb, by attractors and by distance. Items longer
+  than the model can position (a learned table) are left out and counted."""
+  by_attractors, by_distance, evaluated = {}, {}, {}
+  fits = lambda it: 2 + len(tokenizer.encode(f"{it.prefix} {it.correct} {it.wrong}")) <= (
+      scorer.config.max_len)
+  for k in range(5):
+    items = [it for it in data.agreement_probes(exp.agreement_items, k, seed=exp.seed)
+             if fits(it)]
+    evaluated[k] = len(items)
+    if not items:
+      by_attractors[k] = None
+      continue
+    prefixes = [it.prefix for it in items]
+    good, _ = scorer.continuation_scores(tokenizer, prefixes, [" " + it.correct for it in items])
+    bad, _ = scorer.continuation_scores(tokenizer, prefixes, [" " + it.wrong for it in items])
+    right = good > bad
+    by_attractors[k] = float(right.mean())
+    for it, r in zip(items, right):
+      by_distance.setdefault(it.distance, []).append(bool(r))
+  return {"by_attractors": by_attractors,
+          "by_distance": {d: float(np.mean(v)) for d, v in sorted(by_distance.items())},
+          "items_evaluated": evaluated}
+
+
+def retrieval(scorer, tokenizer, exp, max_len: int) -> dict:
+  """Exact-match retrieval accuracy by (number of pairs, queried position)."""
+  out = {}
+  for n in (int(x) for x in str(exp.kv_eval_pairs).split(",")):
+    positions = sorted(set(np.linspace(0, n - 1, min(n, exp.kv_positions)).round().astype(int)))
+    items = data.kv_items(n, 0, 1, seed=exp.seed)
+    prompt = items[0][0] + data.PROMPT_SEPARATOR
+    length = len(tokenizer.encode(prompt)) + len(tokenizer.encode(items[0][1])) + 1
+    if length > max_len:
+      out[n] = {"not_applicable": f"{length} tokens exceed the model's max_len {max_len}"}
+      continue
+    row = {}
+    for p in positions:
+      items = data.kv_items(n, int(p), exp.kv_items, seed=exp.seed)
+      _, exact = scorer.continuation_scores(
+          tokenizer, [q + data.PROMPT_SEPARATOR for q, _ in items], [a for _, a in items])
+      row[int(p)] = float(exact.mean())
+    out[n] = {"accuracy_by_position": row, "context_tokens": length}
+  return out
+
+
+def u_shape(row: dict) -> dict:
+  """Is accuracy at both ends higher than in the middle (the lost-in-the-middle shape)?"""
+  positions = sorted(row, key=int)
+  acc = np.array([row[p] for p in positions])
+  third = max(1, len(acc) // 3)
+  ends = min(acc[:third].mean(), acc[-third:].mean())
+  middle = acc[third:-third].mean() if len(acc) > 2 * third else np.nan
+  return {"ends": float(ends), "middle": float(middle),
+          "u_shaped": bool(ends > middle + 0.05) if np.isfinite(middle) else None}
+
+
+def main(argv):
+  del argv
+  config, workdir = FLAGS.config, FLAGS.workdir
+  if config is None or not workdir:
+    raise app.UsageError("--config and --workdir are required")
+  logging.set_verbosity(logging.ERROR)
+  start = time.time()
+  exp = config.experiment
+  schemes = [s for s in str(exp.schemes).split(",") if s]
+  os.makedirs(workdir, exist_ok=True)
+
+  lm_dir = exp.lm_workdir or os.path.join(workdir, "lm")
+  lm_config = ml_collections.ConfigDict(config.to_dict())
+  train_schemes(lm_config, lm_dir, schemes)
+  kv_config = ml_collections.ConfigDict(config.to_dict())
+  kv_config.data.name = "kv_retrieval"
+  kv_config.data.num_pairs = exp.kv_train_pairs
+  kv_config.data.cross_document = False
+  kv_config.data.seq_len = exp.kv_seq_len
+  kv_config.experiment.eval_multipliers = str(exp.kv_max_len // exp.kv_seq_len)
+  kv_config.train.steps = exp.kv_steps
+  kv_dir = os.path.join(workdir, "kv")
+  train_schemes(kv_config, kv_dir, schemes)
+
+  results = {"agreement": {}, "retrieval": {}, "retrieval_shape": {},
+             "kv_train_pairs": exp.kv_train_pairs}
+  for scheme in schemes:
+    print(f"== probing {scheme}", flush=True)
+    cfg, params, tokenizer = _load(os.path.join(lm_dir, "runs", scheme))
+    results["agreement"][scheme] = agreement(Scorer(cfg, params), tokenizer, exp)
+    cfg, params, tokenizer = _load(os.path.join(kv_dir, "runs", scheme))
+    results["retrieval"][scheme] = retrieval(Scorer(cfg, params), tokenizer, exp, cfg.max_len)
+    results["retrieval_shape"][scheme] = {
+        n: u_shape(r["accuracy_by_position"]) for n, r in results["retrieval"][scheme].items()
+        if "accuracy_by_position" in r}
+
+  scheme = exp.map_scheme if exp.map_scheme in schemes else schemes[0]
+  cfg, params, tokenizer = _load(os.path.join(lm_dir, "runs", scheme))
+  results["attention_maps"] = heads.maps_and_summary(
+      cfg, params, tokenizer, exp.map_sentence, exp.map_layer, workdir, exp)
+  results["attention_maps"]["scheme"] = scheme
+  results["wall_time_s"] = time.time() - start
+  results["machine"] = (f"{platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} "
+                        f"on {jax.default_backend()}")
+  results = json.loads(json.dumps(results))
+  with open(os.path.join(workdir, "results.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  plots.write_all(results, workdir)
+  print(f"wrote {workdir}/results.json, results.md and plots in {time.time() - start:.0f}s")
+
+
+if __name__ == "__main__":
+  app.run(main)

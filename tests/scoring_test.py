@@ -1,0 +1,29 @@
+"""Scorer against a direct forward pass."""
+
+import jax
+import numpy as np
+import pytest
+
+from configs.common import model_config
+from transformer import models
+from transformer.data import tokenizers
+from transformer.scoring import Scorer
+
+
+def test_continuation_scores_match_a_forward_pass():
+  cfg = model_config(vocab_size=260, d_model=32, num_layers=1, num_heads=2, d_ff=64)
+  model = models.make_model(cfg)
+  params = model.init(jax.random.key(0), *models.dummy_inputs(cfg))["params"]
+  tok = tokenizers.BytesTokenizer()
+  scorer = Scorer(cfg, params)
+  prefixes, conts = ["The keys to the cabinet", "A dog"], [" are", " barks loudly"]
+  logp, exact = scorer.continuation_scores(tok, prefixes, conts, batch_size=4)
+  for i, (p, c) in enumerate(zip(prefixes, conts)):
+    head = [tok.bos_id] + tok.encode(p)
+    row = np.asarray([head + tok.encode(c)])
+    logits = model.apply({"params": params}, row[:, :-1])
+    lp = jax.nn.log_softmax(logits)[0]
+    targets = row[0, 1:]
+    span = range(len(head) - 1, row.shape[1] - 1)
+    assert logp[i] == pytest.approx(float(sum(lp[j, targets[j]] for j in span)), abs=1e-4)
+    assert exact[i] == all(int(np.argmax(lp[j])) == targets[j] for j in span)
