@@ -21,7 +21,7 @@ from transformer import data
 
 def get_config(arg: str | None = None):
   args = common.parse_args(arg, size="s", dataset="grammar_corpus", train_length=128,
-                           steps=1500, tiny=False)
+                           steps=1000, tiny=False)
   model = common.model_config(kind="decoder", attention="auto",
                               **common.size_config("xs" if args.tiny else args.size))
   data_config = data.default_config()
