@@ -1,20 +1,27 @@
-"""Compute accounting: model FLOPs per token, the hardware's peak, and MFU.
+"""Compute accounting for training runs: parameter counts, FLOPs per token, peak and MFU.
 
-    flops_per_token = 6 * N_non_embedding + attention
-    attention       = 6 * L_causal * T * d_attn + 12 * (L_bidirectional + L_cross) * T * d_attn
+    flops_per_token = 6 * N_non_embedding + 6 * n_attn_layers * n_ctx * d_attn
 
-6N is Kaplan et al.'s training cost of the parameter matmuls (2 flops per multiply-add, times
-3 for forward + backward). Per layer, scores (q.k) and the weighted sum (p.v) each cost
-2 * T * d_attn flops per token forward, so 12 * T * d_attn for training; a causal layer
-only needs the lower triangle, hence 6 (PaLM's appendix B counts it the same way).
-d_attn = num_heads * head_dim; a sliding window caps T at the window. The embedding
-gather and the tied output projection are outside N, as in Kaplan's fits.
+Kaplan et al.'s convention, the same as `python -m transformer.inspect` (6N: a multiply-add
+is 2 flops, backward costs twice the forward; attention: q.k and p.v at 2 * n_ctx * d_attn
+each per token, times 3, halved for the causal triangle; an encoder-decoder counts encoder
+self-, decoder self- and cross-attention layers). Embedding tables, learned position tables
+and an untied output projection are outside N, as in inspect.
+
+transformer.inspect holds the reference implementation, but it defines absl flags at import,
+so the train command (which defines its own) cannot import it; the counts are kept identical
+here and checked against it in tests/train_test.py.
 """
+
+import math
 
 import time
 
 import jax
 import jax.numpy as jnp
+
+# Parameters outside N: token/segment/position tables and an untied output projection.
+_EMBEDDING_NAMES = ("embedding", "token_type_embedding", "pos_embedding")
 
 # Dense bf16 peak FLOP/s per chip, for MFU on accelerators; CPUs are measured instead.
 PEAK_FLOPS = {
@@ -30,22 +37,28 @@ PEAK_FLOPS = {
 }
 
 
-def attention_flops_per_token(model_config, seq_len: int) -> int:
-  m = model_config
-  d_attn = m.num_heads * (m.head_dim or m.d_model // m.num_heads)
-  t = min(seq_len, m.window) if m.window else seq_len
-  if m.kind == "decoder":
-    return 6 * m.num_layers * t * d_attn
-  if m.kind == "encoder":
-    return 12 * m.num_layers * t * d_attn
-  enc = m.num_encoder_layers or m.num_layers
-  dec = m.num_decoder_layers or m.num_layers
-  # Decoder self-attention is causal; encoder self- and decoder cross-attention are not.
-  return 6 * dec * t * d_attn + 12 * (enc + dec) * t * d_attn
+def count_params(params_shapes) -> tuple[int, int]:
+  """(total, non-embedding) parameter counts of an (abstract) parameter tree."""
+  total = embedding = 0
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params_shapes):
+    names = [getattr(k, "key", str(k)) for k in path]
+    size = math.prod(leaf.shape)
+    total += size
+    if names[-1] in _EMBEDDING_NAMES or names[-2:] == ["logits", "kernel"]:
+      embedding += size
+  return total, total - embedding
 
 
 def flops_per_token(model_config, seq_len: int, params_non_embedding: int) -> int:
-  return 6 * params_non_embedding + attention_flops_per_token(model_config, seq_len)
+  m = model_config
+  if m.kind == "encoder_decoder":
+    attn_layers = (m.num_encoder_layers or m.num_layers) + 2 * (m.num_decoder_layers
+                                                                or m.num_layers)
+  else:
+    attn_layers = m.num_layers
+  d_attn = m.num_heads * (m.head_dim or m.d_model // m.num_heads)
+  context = min(seq_len, m.window) if m.window else seq_len
+  return 6 * params_non_embedding + 6 * attn_layers * context * d_attn
 
 
 def measure_matmul_peak(n: int = 1024, repeats: int = 5, dtype=jnp.float32) -> float:

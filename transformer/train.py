@@ -201,13 +201,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   else:
     state = jax.jit(init, out_shardings=state_shardings)(config.train.seed)
 
-  params_total, params_non_embedding = train_state.count_params(param_shapes)
+  params_total, params_non_embedding = throughput.count_params(param_shapes)
   tokens_per_step = config.train.batch_size * config.data.seq_len
   flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len,
                                                params_non_embedding)
   peak = throughput.peak_flops(config.train.peak_flops)
   log.info(f"{config.model.kind}: {params_total:,} params ({params_non_embedding:,} "
            f"non-embedding), mesh {dict(mesh.shape)}, {tokens_per_step:,} tokens/step")
+  # The loss of a model that learned token frequencies and nothing else: the bar an LM's
+  # eval loss must clear to show it uses context.
+  unigram = None
+  if config.objective.name == "lm":
+    unigram = data.unigram_entropy(config.data, tokenizer, config.train.eval_split,
+                                   max_records=2000)
+    log.info(f"unigram entropy of {config.data.name}/{config.train.eval_split}: "
+             f"{unigram:.4f} nats/token")
 
   with sharding.activate(mesh):
     batch_sharding = sharding.batch_sharding(mesh)
@@ -296,10 +304,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
           "wall_time_s": time.time() - wall_start,
           "step": step,
           "compile_time_s": compile_time_s,
+          "unigram_entropy": unigram,
           "config": checkpoint.flatten(config.to_dict()),
       }
       log.summary(summary)
-      log.info(f"done: eval loss {last_eval:.4f} after {step} steps")
+      versus = "" if unigram is None else f" (unigram entropy {unigram:.4f})"
+      log.info(f"done: eval loss {last_eval:.4f}{versus} after {step} steps")
       return summary
     finally:
       stop.restore()
@@ -323,6 +333,9 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if _CONFIG.value is None or not _WORKDIR.value:
     raise app.UsageError("--config and --workdir are required")
+  if not flags.FLAGS["verbosity"].present:
+    # The progress lines are the console output; orbax and friends log every save at INFO.
+    logging.set_verbosity(logging.WARNING)
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   try:
     train_and_evaluate(_CONFIG.value, _WORKDIR.value)

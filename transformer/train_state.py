@@ -65,17 +65,3 @@ def shardings(init: Callable, logical_names, params_shapes, mesh):
       abstract_state, state_sh)
   return abstract_state, state_sh
 
-
-def count_params(params_shapes) -> tuple[int, int]:
-  """(total, non-embedding) parameter counts; embedding = token and learned-position tables.
-
-  Fallback for when transformer.inspect is unavailable; decided by logical-name-free path
-  matching on 'embedding' so it works for any model in this library.
-  """
-  total = embedding = 0
-  for path, leaf in jax.tree_util.tree_leaves_with_path(params_shapes):
-    size = int(leaf.size) if hasattr(leaf, "size") else int(jnp.prod(jnp.array(leaf.shape)))
-    total += size
-    if any("embedding" in str(k) for k in path):
-      embedding += size
-  return total, total - embedding
