@@ -1,0 +1,408 @@
+"""Hugging Face interop: logits and greedy tokens equal to transformers', exact round trips.
+
+The comparisons need the `interop` extra (torch==2.13.0 CPU and transformers); they build tiny
+randomly initialized models from configs (no download) and skip without the extra. The round
+trip from our parameters, the sharded format and the error messages need only safetensors.
+"""
+
+import json
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax.linen import meta
+from safetensors.numpy import load_file, save_file
+
+from configs.common import model_config, position_config
+from transformer import convert, hf_families, models
+
+SKIP_REASON = ("needs the interop extra (pip install -e '.[interop]': torch==2.13.0 CPU, "
+               "transformers) to compare with the reference implementation")
+GENERATED = 20
+
+
+def _hf():
+  """(torch, transformers), or skip the test."""
+  try:
+    import torch
+    import transformers
+  except ImportError:
+    pytest.skip(SKIP_REASON)
+  transformers.logging.set_verbosity_error()
+  return torch, transformers
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiny reference models, saved with save_pretrained. Small dims, GQA, biases, and settings that
+# differ from the defaults (epsilons, rope scalings) so a dropped setting shows in the logits.
+
+def _gpt2(T):
+  return T.GPT2LMHeadModel(T.GPT2Config(
+      vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=48, layer_norm_epsilon=1e-4,
+      bos_token_id=None, eos_token_id=None))
+
+
+def _llama3(T):  # GQA, untied head, "llama3" scaling that reaches the test's positions
+  return T.LlamaForCausalLM(T.LlamaConfig(
+      vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+      rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
+      rope_parameters={"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0,
+                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 16}))
+
+
+def _llama_tied(T):  # MHA, tied head (Llama 3.2 style), linear scaling, biases
+  return T.LlamaForCausalLM(T.LlamaConfig(
+      vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+      tie_word_embeddings=True, attention_bias=True, mlp_bias=True, bos_token_id=None,
+      eos_token_id=None, rope_parameters={"rope_type": "linear", "rope_theta": 1000.0,
+                                          "factor": 2.0}))
+
+
+def _bert(T):
+  return T.BertForMaskedLM(T.BertConfig(
+      vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+      intermediate_size=48, max_position_embeddings=48, type_vocab_size=2))
+
+
+def _bert_pretraining(T):  # pooler and next-sentence head, like bert-base-uncased's checkpoint
+  return T.BertForPreTraining(T.BertConfig(
+      vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+      intermediate_size=48, max_position_embeddings=48, hidden_act="gelu_new"))
+
+
+def _t5_v10(T):  # ReLU, tied head scaled by d_model^-0.5, uneven depths
+  return T.T5ForConditionalGeneration(T.T5Config(
+      vocab_size=96, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=1,
+      num_heads=4, feed_forward_proj="relu", eos_token_id=None, decoder_start_token_id=0))
+
+
+def _t5_v11(T):  # gated GELU; the separate lm_head is added to the file below
+  return T.T5ForConditionalGeneration(T.T5Config(
+      vocab_size=96, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
+      relative_attention_num_buckets=16, relative_attention_max_distance=20,
+      feed_forward_proj="gated-gelu", tie_word_embeddings=False, eos_token_id=None,
+      decoder_start_token_id=0))
+
+
+REFERENCES = {"gpt2": _gpt2, "llama3": _llama3, "llama_tied": _llama_tied, "bert": _bert,
+              "bert_pretraining": _bert_pretraining, "t5_v10": _t5_v10, "t5_v11": _t5_v11}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """name -> (HF model loaded back from its directory, directory), built once per module."""
+  built = {}
+
+  def get(name):
+    if name not in built:
+      torch, T = _hf()
+      torch.manual_seed(0)
+      path = str(tmp_path_factory.mktemp(name))
+      # Sharded with an index, as large checkpoints are published.
+      REFERENCES[name](T).save_pretrained(path, max_shard_size="20KB" if name == "llama3"
+                                          else "5GB")
+      if name == "t5_v11":  # T5 v1.1 checkpoints carry a head separate from the embedding
+        _add_separate_t5_head(path)
+      auto = {"bert": T.AutoModelForMaskedLM, "bert_pretraining": T.BertForPreTraining,
+              "t5_v10": T.AutoModelForSeq2SeqLM, "t5_v11": T.AutoModelForSeq2SeqLM}
+      model = auto.get(name, T.AutoModelForCausalLM).from_pretrained(path).eval()
+      built[name] = (model, path)
+    return built[name]
+  return get
+
+
+def _add_separate_t5_head(path):
+  tensors = load_file(os.path.join(path, "model.safetensors"))
+  shape = tensors["shared.weight"].shape
+  tensors["lm_head.weight"] = np.random.RandomState(1).normal(0, 1, shape).astype(np.float32)
+  save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+  with open(os.path.join(path, "config.json")) as f:
+    hf = json.load(f)
+  hf.update(tie_word_embeddings=False, scale_decoder_outputs=False)
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(hf, f)
+
+
+def _tokens(cfg, length=12, batch=2, seed=0):
+  return np.random.RandomState(seed).randint(0, cfg.vocab_size, (batch, length)).astype(np.int32)
+
+
+def _hf_logits(hf_model, *tokens):
+  torch, _ = _hf()
+  with torch.no_grad():
+    if len(tokens) == 2:
+      out = hf_model(input_ids=torch.tensor(tokens[0]), decoder_input_ids=torch.tensor(tokens[1]))
+    else:
+      out = hf_model(input_ids=torch.tensor(tokens[0]))
+  logits = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
+  return logits.numpy()
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_logits_match_transformers(reference, name):
+  hf_model, path = reference(name)
+  cfg, variables = convert.from_hf(path)
+  tokens = (_tokens(cfg),) if cfg.kind != "encoder_decoder" else (_tokens(cfg),
+                                                                   _tokens(cfg, 7, seed=1))
+  ours = np.asarray(models.make_model(cfg).apply(variables, *tokens))
+  ref = _hf_logits(hf_model, *tokens)
+  assert ours.shape == ref.shape
+  np.testing.assert_allclose(ours, ref, atol=1e-4, rtol=0)
+  assert np.abs(ref).max() > 0.1  # not trivially small logits
+
+
+def test_bert_pooler_matches(reference):
+  torch, _ = _hf()
+  hf_model, path = reference("bert_pretraining")
+  cfg, variables = convert.from_hf(path)
+  assert cfg.pooler
+  tokens = _tokens(cfg)
+  _, state = models.make_model(cfg).apply(variables, tokens, mutable=["intermediates"])
+  with torch.no_grad():
+    ref = hf_model.bert(input_ids=torch.tensor(tokens)).pooler_output.numpy()
+  np.testing.assert_allclose(np.asarray(state["intermediates"]["pooled"][0]), ref, atol=1e-5)
+
+
+def test_rope_scaling_is_visible(reference):
+  """The llama3 test would catch a dropped scaling: without it the logits move by far more
+  than the tolerance."""
+  _, path = reference("llama3")
+  cfg, variables = convert.from_hf(path)
+  tokens = _tokens(cfg, 32)
+  scaled = models.make_model(cfg).apply(variables, tokens)
+  cfg.position.scaling = "none"
+  plain = models.make_model(cfg).apply(variables, tokens)
+  assert np.abs(np.asarray(scaled) - np.asarray(plain)).max() > 1e-3
+
+
+def _greedy(cfg, variables, prompt_BP, n):
+  """Greedy decoding by full forward passes over a fixed-size buffer (one compile). Causal
+  attention means the zeros after position t do not change its logits."""
+  model = models.make_model(cfg)
+  B, P = prompt_BP.shape
+  if cfg.kind == "encoder_decoder":
+    step = jax.jit(lambda buf: model.apply(variables, prompt_BP, buf))
+    buf, start = np.zeros((B, n + 1), np.int32), 1  # decoder starts from pad = 0, as T5 does
+  else:
+    step = jax.jit(lambda buf: model.apply(variables, buf))
+    buf, start = np.concatenate([prompt_BP, np.zeros((B, n), np.int32)], axis=1), P
+  for t in range(start, start + n):
+    buf[:, t] = np.asarray(jnp.argmax(step(buf)[:, t - 1], axis=-1))
+  return buf[:, start:]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3", "t5_v10", "t5_v11"])
+def test_greedy_generation_matches_transformers(reference, name):
+  torch, _ = _hf()
+  hf_model, path = reference(name)
+  cfg, variables = convert.from_hf(path)
+  prompt = _tokens(cfg, 6)
+  with torch.no_grad():
+    ref = hf_model.generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape),
+                            do_sample=False, max_new_tokens=GENERATED,
+                            min_new_tokens=GENERATED, eos_token_id=None, pad_token_id=0)
+  ref = ref.numpy()[:, 1:] if cfg.kind == "encoder_decoder" else ref.numpy()[:, prompt.shape[1]:]
+  assert ref.shape == (2, GENERATED)
+  np.testing.assert_array_equal(_greedy(cfg, variables, prompt, GENERATED), ref)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3", "t5_v10", "t5_v11"])
+def test_kv_cache_generation_matches_transformers(reference, name):
+  """transformer.decode (prefill + cached steps) on the converted model gives the same tokens."""
+  torch, _ = _hf()
+  decode = pytest.importorskip("transformer.decode", reason="transformer.decode not present")
+  hf_model, path = reference(name)
+  cfg, variables = convert.from_hf(path)
+  prompt = _tokens(cfg, 6)
+  with torch.no_grad():
+    ref = hf_model.generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape),
+                            do_sample=False, max_new_tokens=GENERATED,
+                            min_new_tokens=GENERATED, eos_token_id=None, pad_token_id=0)
+  model = models.make_model(cfg)
+  if cfg.kind == "encoder_decoder":  # the decoder starts from pad = 0, as T5 does
+    ours = decode.generate(model, variables["params"], [[0]] * len(prompt),
+                           max_new_tokens=GENERATED, stop_tokens=(),
+                           encoder_inputs=prompt.tolist())
+    ref = ref.numpy()[:, 1:]
+  else:
+    ours = decode.generate(model, variables["params"], prompt.tolist(),
+                           max_new_tokens=GENERATED, stop_tokens=())
+    ref = ref.numpy()[:, prompt.shape[1]:]
+  np.testing.assert_array_equal(ours, ref)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_round_trip_from_transformers_is_exact(reference, name, tmp_path):
+  """HF -> ours -> HF gives the same tensors, which transformers loads to the same logits."""
+  torch, T = _hf()
+  hf_model, path = reference(name)
+  cfg, variables = convert.from_hf(path)
+  convert.to_hf(cfg, variables, str(tmp_path))
+  original = convert.Checkpoint(path, hf_families.FAMILIES[json.load(
+      open(os.path.join(path, "config.json")))["model_type"]])
+  written = load_file(os.path.join(tmp_path, "model.safetensors"))
+  kept = {n for n in original.names if not any(
+      re.search(p, n) for p in original.family.ignored)}
+  if name == "bert_pretraining":  # the next-sentence head is not part of our model
+    kept = {n for n in kept if not n.startswith("cls.seq_relationship")}
+  assert set(written) == kept
+  for n, x in written.items():
+    np.testing.assert_array_equal(x, original.get(n), err_msg=n)
+  if name != "bert_pretraining":
+    again = type(hf_model).from_pretrained(str(tmp_path)).eval()
+    tokens = (_tokens(cfg),) if cfg.kind != "encoder_decoder" else (_tokens(cfg), _tokens(cfg))
+    np.testing.assert_array_equal(_hf_logits(again, *tokens), _hf_logits(hf_model, *tokens))
+
+
+# ---------------------------------------------------------------------------------------------
+# Without transformers: our parameters -> HF format -> ours, formats and errors.
+
+def _ours(family, **overrides):
+  """A tiny model config of ours that `family` can write."""
+  base = dict(vocab_size=40, d_model=16, num_layers=2, num_heads=4, d_ff=24, max_len=32)
+  per_family = {
+      "gpt2": dict(kind="decoder", position=position_config("learned"), norm="layernorm",
+                   ffn="gelu_tanh", use_bias=True, norm_eps=1e-5),
+      "llama": dict(kind="decoder", position=position_config(
+                        "rope", scaling="yarn", scaling_factor=4.0, original_max_len=16),
+                    num_kv_heads=2, ffn="swiglu", tie_embeddings=False, norm_eps=1e-5),
+      "bert": dict(kind="encoder", position=position_config("learned"), norm="layernorm",
+                   norm_position="post", use_bias=True, embed_norm=True, num_token_types=2,
+                   mlm_transform=True, head_bias=True, pooler=True, norm_eps=1e-12),
+      "t5": dict(kind="encoder_decoder", position=position_config("t5_bias"), ffn="geglu",
+                 head_dim=8, qk_scale=1.0, tie_embeddings=False, num_decoder_layers=1),
+  }
+  return model_config(**{**base, **per_family[family], **overrides})
+
+
+def _init(cfg, seed=0):
+  """Random parameters of the model's shapes, without compiling its init."""
+  model = models.make_model(cfg)
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *models.dummy_inputs(cfg)))
+  rng = np.random.RandomState(seed)
+  return {"params": jax.tree.map(lambda s: jnp.asarray(rng.normal(size=s.shape), s.dtype),
+                                 meta.unbox(shapes)["params"])}
+
+
+@pytest.mark.parametrize("family,overrides", [
+    ("gpt2", {}), ("llama", dict(scan_layers=True, param_dtype="bfloat16")), ("bert", {}),
+    ("t5", {})])
+def test_round_trip_from_ours_is_exact(family, overrides, tmp_path):
+  cfg = _ours(family, **overrides)
+  variables = _init(cfg)
+  convert.to_hf(cfg, variables, str(tmp_path), max_shard_bytes=4096)
+  assert os.path.exists(tmp_path / "model.safetensors.index.json")  # sharded
+  runtime = {k: cfg[k] for k in ("scan_layers", "param_dtype")}
+  back_cfg, back = convert.from_hf(str(tmp_path), **runtime)
+  assert convert._arch(back_cfg) == convert._arch(cfg)
+  flat = lambda v: jax.tree_util.tree_leaves_with_path(v["params"])
+  assert [p for p, _ in flat(back)] == [p for p, _ in flat(variables)]
+  for (path, a), (_, b) in zip(flat(back), flat(variables)):
+    assert a.dtype == b.dtype, path
+    np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                  err_msg=jax.tree_util.keystr(path))
+
+
+def test_workdir_round_trip(tmp_path):
+  cfg = _ours("gpt2")
+  variables = _init(cfg)
+  convert.save_workdir(cfg, variables, str(tmp_path / "run"))
+  assert os.path.exists(tmp_path / "run" / "config.json")
+  back_cfg, back = convert.load_workdir(str(tmp_path / "run"))
+  assert convert._arch(back_cfg) == convert._arch(cfg)
+  jax.tree.map(np.testing.assert_array_equal, back["params"], variables["params"])
+
+
+@pytest.fixture
+def written(tmp_path):
+  cfg = _ours("llama", num_layers=1)
+  convert.to_hf(cfg, _init(cfg), str(tmp_path))
+  return str(tmp_path)
+
+
+def _edit(path, config=None, tensors=None):
+  if config:
+    with open(os.path.join(path, "config.json")) as f:
+      hf = json.load(f)
+    config(hf)
+    with open(os.path.join(path, "config.json"), "w") as f:
+      json.dump(hf, f)
+  if tensors:
+    t = load_file(os.path.join(path, "model.safetensors"))
+    tensors(t)
+    save_file(t, os.path.join(path, "model.safetensors"))
+
+
+def test_error_unknown_architecture(written):
+  _edit(written, config=lambda hf: hf.update(model_type="mistral"))
+  with pytest.raises(ValueError, match=r"model_type 'mistral'; convertible: \['bert', 'gpt2'"):
+    convert.from_hf(written)
+
+
+def test_error_missing_tensor(written):
+  _edit(written, tensors=lambda t: t.pop("model.layers.0.mlp.up_proj.weight"))
+  with pytest.raises(ValueError, match=r"'model.layers.0.mlp.up_proj.weight' is missing \(it "
+                                       r"holds tower/stack/layers_0/ffn/wi_1/kernel\)"):
+    convert.from_hf(written)
+
+
+def test_error_shape_mismatch(written):
+  _edit(written, config=lambda hf: hf.update(num_key_value_heads=4))
+  with pytest.raises(ValueError, match=r"'model.layers.0.self_attn.k_proj.weight' has shape "
+                                       r"\(8, 16\), which does not fit .*key/kernel of shape "
+                                       r"\(16, 4, 4\)"):
+    convert.from_hf(written)
+
+
+def test_error_unexpected_tensor(written):
+  _edit(written, tensors=lambda t: t.update({"model.layers.0.extra.weight": np.zeros(3)}))
+  with pytest.raises(ValueError, match=r"'model.layers.0.extra.weight' is not part of the llama"):
+    convert.from_hf(written)
+
+
+def test_error_unsupported_rope_type(written):
+  _edit(written, config=lambda hf: hf["rope_parameters"].update(rope_type="dynamic"))
+  with pytest.raises(ValueError, match=r"rope type 'dynamic' has no equivalent here"):
+    convert.from_hf(written)
+
+
+def test_error_architecture_override(written):
+  with pytest.raises(ValueError, match=r"only runtime keys .* not 'num_layers'"):
+    convert.from_hf(written, num_layers=3)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(kind="decoder", position=position_config("alibi")),
+     r"no Hugging Face family writes a model.kind='decoder' with position.name='alibi'"),
+    (dict(window=8), r"as a Hugging Face llama checkpoint: model.window=8 would read back as 0"),
+    (dict(ffn="gelu"), r"llama uses a gated feed-forward; model.ffn='gelu' is not one"),
+])
+def test_error_model_not_writable(overrides, message, tmp_path):
+  cfg = _ours("llama", **overrides)
+  with pytest.raises(ValueError, match=message):
+    convert.to_hf(cfg, {"params": {}}, str(tmp_path))
+
+
+# ---------------------------------------------------------------------------------------------
+# The published-architecture presets are writable, and transformers counts the same parameters.
+
+PRESETS = ("gpt2_small", "bert_base", "t5_small", "llama3_8b", "llama3_1_8b")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_presets_match_transformers_parameter_counts(preset):
+  import importlib
+  cfg = importlib.import_module(f"configs.arch.{preset}").get_config().model
+  hf = convert.hf_config(cfg)  # raises if the preset is not exactly a HF architecture
+  ours = sum(int(np.prod(s.shape)) for s in convert._param_shapes(cfg).values())
+  torch, T = _hf()
+  config = T.AutoConfig.for_model(**hf)
+  with torch.device("meta"):
+    model = getattr(T, hf["architectures"][0])(config)
+  assert ours == model.num_parameters()
