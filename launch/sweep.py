@@ -88,7 +88,7 @@ def _round(x: float) -> float:
   return float(f"{x:.3g}")  # draws with 3 significant digits keep names and configs readable
 
 
-# Random-search distributions: name -> (parse args, draw one value).
+# Random-search distributions: name -> draw(rng, args) of one value.
 DISTRIBUTIONS = {
     "choice": lambda rng, args: args[rng.integers(len(args))],
     "uniform": lambda rng, args: _round(rng.uniform(args[0], args[1])),
@@ -221,6 +221,11 @@ def expand(config) -> list[dict]:
   if sweep.kind not in KINDS:
     raise ValueError(f"unknown sweep kind {sweep.kind!r}; valid: {sorted(KINDS)}")
   runs = KINDS[sweep.kind](config, sweep)
+  names = [r["name"] for r in runs]
+  if len(set(names)) != len(names):
+    twice = sorted({n for n in names if names.count(n) > 1})
+    raise ValueError(f"runs {twice} would share a workdir: their values differ only past the "
+                     "4 significant digits a run name keeps")
   for key in {k for r in runs for k in r["overrides"]}:
     _check_key(config, key)  # here, not after N runs each die on the same typo
   return runs

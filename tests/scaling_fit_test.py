@@ -70,6 +70,15 @@ def test_published_compute_optimal_allocations():
   assert opt["tokens_per_param"] == pytest.approx(18.4, abs=0.1)
 
 
+def test_non_positive_exponent_has_no_allocation():
+  # Small noisy sweeps can fit beta <= 0 (loss not falling with data): no interior optimum.
+  law = dict(HOFFMANN, beta=-0.1)
+  assert np.isnan(fit._with_exponents(law)["a"])
+  assert np.isnan(fit.compute_optimal(law, 1e20)["N_opt"])
+  assert fit._json_safe({"x": [np.nan, np.float64(1.0)], "n": np.int64(3)}) == \
+      {"x": [None, 1.0], "n": 3}
+
+
 def _chinchilla_design(law, seed, noise=0.002):
   """Sizes 3e7..1e10 each trained on 2..200 tokens per parameter, like Hoffmann's runs."""
   rng = np.random.default_rng(seed)

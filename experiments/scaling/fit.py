@@ -13,6 +13,7 @@ Hoffmann et al. do; approach 2 reads its budgets from the sweep, whose C include
 
 import itertools
 import json
+import math
 import os
 
 # scipy's bundled OpenBLAS threads even the 10x10 algebra inside L-BFGS-B, and on a busy
@@ -106,21 +107,35 @@ def predict_loss(law: dict, N, D):
   return law["E"] + law["A"] / N ** law["alpha"] + law["B"] / D ** law["beta"]
 
 
+def _allocation(law: dict) -> tuple[float, float, float]:
+  """(G, a, b); NaN when an exponent is not positive, as then no interior optimum exists."""
+  alpha, beta = law["alpha"], law["beta"]
+  if not (alpha > 0 and beta > 0):
+    return math.nan, math.nan, math.nan
+  s = alpha + beta
+  return (alpha * law["A"] / (beta * law["B"])) ** (1.0 / s), beta / s, alpha / s
+
+
 def compute_optimal(law: dict, C) -> dict:
   """Minimizer of L(N, D) subject to C = 6ND: N_opt = G (C/6)^a, D_opt = (C/6)^b / G."""
   C = np.asarray(C, np.float64)
-  alpha, beta = law["alpha"], law["beta"]
-  G = (alpha * law["A"] / (beta * law["B"])) ** (1.0 / (alpha + beta))
-  n_opt = G * (C / 6) ** (beta / (alpha + beta))
-  d_opt = (C / 6) ** (alpha / (alpha + beta)) / G
+  G, a, b = _allocation(law)
+  n_opt = G * (C / 6) ** a
+  d_opt = (C / 6) ** b / G
   return dict(C=C, N_opt=n_opt, D_opt=d_opt, tokens_per_param=d_opt / n_opt,
               L_opt=predict_loss(law, n_opt, d_opt))
 
 
 def _with_exponents(law: dict) -> dict:
-  s = law["alpha"] + law["beta"]
-  return dict(law, a=law["beta"] / s, b=law["alpha"] / s,
-              G=(law["alpha"] * law["A"] / (law["beta"] * law["B"])) ** (1.0 / s))
+  G, a, b = _allocation(law)
+  return dict(law, a=a, b=b, G=G)
+
+
+def _interval(values) -> list:
+  # A resample can fit a non-positive exponent (NaN allocation); the interval is over the rest.
+  values = np.asarray(values, np.float64)
+  values = values[np.isfinite(values)]
+  return np.percentile(values, _CI_PERCENTILES).tolist() if len(values) else [math.nan] * 2
 
 
 def fit_chinchilla(N, D, L, *, delta: float = 1e-3, grid: str = "hoffmann",
@@ -153,8 +168,8 @@ def fit_chinchilla(N, D, L, *, delta: float = 1e-3, grid: str = "hoffmann",
       if np.all(np.isfinite(t)):
         samples.append(_with_exponents(_law(t)))
     out["bootstrap"] = len(samples)
-    out["ci"] = {k: np.percentile([s[k] for s in samples], _CI_PERCENTILES).tolist()
-                 for k in LAW_KEYS + ("a", "b")}
+    out["bootstrap_degenerate"] = sum(not np.isfinite(s["a"]) for s in samples)
+    out["ci"] = {k: _interval([s[k] for s in samples]) for k in LAW_KEYS + ("a", "b")}
   if len(budgets):
     best = compute_optimal(out, budgets)
     rows = []
@@ -164,7 +179,7 @@ def fit_chinchilla(N, D, L, *, delta: float = 1e-3, grid: str = "hoffmann",
                  L_opt=float(best["L_opt"][i]))
       if samples:
         opt = [compute_optimal(s, c) for s in samples]
-        row["ci"] = {k: np.percentile([float(o[k]) for o in opt], _CI_PERCENTILES).tolist()
+        row["ci"] = {k: _interval([o[k] for o in opt])
                      for k in ("N_opt", "D_opt", "tokens_per_param")}
       rows.append(row)
     out["optimal"] = rows
@@ -289,6 +304,19 @@ def load_runs(workdir: str, params: str = "non_embedding") -> dict:
   return out
 
 
+def _json_safe(value):
+  """NaN/inf -> None: fit.json stays strict JSON for other tools."""
+  if isinstance(value, dict):
+    return {k: _json_safe(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_json_safe(v) for v in value]
+  if isinstance(value, (float, np.floating)):
+    return float(value) if math.isfinite(value) else None
+  if isinstance(value, np.integer):
+    return int(value)
+  return value
+
+
 def _try(fn, *args, **kwargs) -> dict:
   """A sweep too small for one fit still gets the others; the reason lands in fit.json."""
   try:
@@ -316,7 +344,7 @@ def fit_sweep(workdir: str, *, params: str = "non_embedding", grid: str = "hoffm
   result.update(params=params, num_runs=len(runs["N"]), chinchilla=chin, isoflop=iso,
                 kaplan=kaplan, frontier=frontier)
   with open(os.path.join(workdir, "fit.json"), "w") as f:
-    json.dump(result, f, indent=2)
+    json.dump(_json_safe(result), f, indent=2)
   sweep.write_results(workdir)
   if plots:
     from experiments.scaling import plots as plotting

@@ -30,6 +30,10 @@ def _budget_colors(budgets):
   return {b: cmap(i / max(len(budgets) - 1, 1) * 0.9) for i, b in enumerate(budgets)}
 
 
+def _two_three_five(value, _):
+  return f"{value:.3g}" if f"{value:.0e}"[0] in "235" else ""
+
+
 def _two_and_five(value, _):
   mantissa, exponent = f"{value:.0e}".split("e")
   return f"{mantissa}e{int(exponent)}" if mantissa in ("2", "5") else ""
@@ -47,10 +51,14 @@ def _tidy_log_axes(fig):
                              (ax.yaxis, ax.get_ylim(), ax.get_ylabel())):
       if axis.get_scale() != "log":
         continue
-      if "loss" in label:
+      if "loss" in label and lim[1] / lim[0] < 3:
+        # Less than half a decade holds one or two log ticks; evenly spaced ones read better.
+        axis.set_major_locator(matplotlib.ticker.MaxNLocator(6))
         axis.set_major_formatter(plain)
-        axis.set_minor_formatter(plain if lim[1] / lim[0] < 3 else
-                                 matplotlib.ticker.NullFormatter())
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+      elif "loss" in label:
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(matplotlib.ticker.FuncFormatter(_two_three_five))
       else:
         decades = np.floor(np.log10(lim[1])) - np.ceil(np.log10(lim[0])) + 1
         axis.set_minor_formatter(matplotlib.ticker.NullFormatter() if decades >= 2 else
@@ -73,7 +81,7 @@ def plot_isoflop(path, runs, iso):
     sel = runs["budget"] == b
     order = np.argsort(runs["N"][sel])
     ax.plot(runs["N"][sel][order], runs["L"][sel][order], "o", color=colors[b],
-            label=f"C = {b:.2g} FLOPs")
+            label=f"C = {b:.2g} FLOPs".replace("e+", "e"))
     if b in curves:
       c = curves[b]
       x = np.linspace(np.log10(runs["N"][sel].min()) - 0.1, np.log10(runs["N"][sel].max()) + 0.1)
@@ -101,7 +109,7 @@ def plot_optimal(path, iso, chin):
     if exp in iso:
       ax.plot(c_line, iso[coef] * c_line ** iso[exp], "-", color="C0",
               label=f"fit: {key} ∝ C^{iso[exp]:.3f}")
-    if exp in chin and c_line is not None:
+    if np.isfinite(chin.get(exp, np.nan)) and c_line is not None:
       ax.plot(c_line, fit.compute_optimal(chin, c_line)[key], "--", color="C3",
               label=f"L(N, D) fit (approach 3): C^{chin[exp]:.3f}")
     ax.set(xscale="log", yscale="log", xlabel="training compute C (FLOPs)",
@@ -165,14 +173,16 @@ def plot_contours(path, runs, chin):
                   edgecolors="black", linewidths=0.4, s=40, zorder=3)
   bar = fig.colorbar(sc, ax=ax)
   bar.set_label(_LOSS)  # a colorbar's axis label, so _tidy_log_axes gives it plain numbers
-  c = np.geomspace(6 * 10 ** n_lo * 10 ** d_lo, 6 * 10 ** n_hi * 10 ** d_hi, 200)
-  opt = fit.compute_optimal(chin, c)
-  ax.plot(opt["N_opt"], opt["D_opt"], "-", color="C3", lw=1.5,
-          label=f"compute-optimal path: N ∝ C^{chin['a']:.2f}, D ∝ C^{chin['b']:.2f}")
+  if np.isfinite(chin["a"]):  # else an exponent is not positive: no compute-optimal path
+    c = np.geomspace(6 * 10 ** n_lo * 10 ** d_lo, 6 * 10 ** n_hi * 10 ** d_hi, 200)
+    opt = fit.compute_optimal(chin, c)
+    ax.plot(opt["N_opt"], opt["D_opt"], "-", color="C3", lw=1.5,
+            label=f"compute-optimal path: N ∝ C^{chin['a']:.2f}, D ∝ C^{chin['b']:.2f}")
   ax.set(xscale="log", yscale="log", xlim=(10 ** n_lo, 10 ** n_hi), ylim=(10 ** d_lo, 10 ** d_hi),
          xlabel=_params_label(runs), ylabel="training tokens D",
          title="Fitted L(N, D) = E + A/N^α + B/D^β")
-  ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13))
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13))
   return _save(fig, path)
 
 
@@ -182,7 +192,7 @@ def plot_all(workdir: str, runs: dict, result: dict) -> list[str]:
   chin, iso = result["chinchilla"], result["isoflop"]
   runs = dict(runs, params=result.get("params"))
   out.append(plot_isoflop(os.path.join(workdir, "isoflop.png"), runs, iso))
-  if "a" in iso or "a" in chin:
+  if "a" in iso or np.isfinite(chin.get("a", np.nan)):
     out.append(plot_optimal(os.path.join(workdir, "optimal.png"), iso, chin))
   out.append(plot_frontier(os.path.join(workdir, "frontier.png"), runs, result["kaplan"],
                            result["frontier"]))
