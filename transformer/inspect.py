@@ -55,12 +55,18 @@ def _layers_of(tower, cfg):
   return [stack[f"layers_{i}"] for i in range(len(stack))], 1
 
 
+def param_totals(params) -> tuple[int, int]:
+  """(total, non-embedding) sizes of a (possibly abstract, possibly boxed) param tree."""
+  flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: hasattr(x, "unbox"))[0]
+  total = _size(params)
+  return total, total - sum(_size(x) for path, x in flat if _embedding_like(path))
+
+
 def count_params(cfg: ml_collections.ConfigDict) -> dict:
   """Total, non-embedding, per-block attention / feed-forward / norm, feed-forward share."""
   params = _abstract_params(cfg)
-  flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: hasattr(x, "unbox"))[0]
-  total = _size(params)
-  embedding = sum(_size(x) for path, x in flat if _embedding_like(path))
+  total, non_embedding = param_totals(params)
+  embedding = total - non_embedding
   towers = {k: v for k, v in params.items() if k in ("tower", "encoder", "decoder")}
   per_block, ffn_total = {}, 0
   for name, tower in towers.items():
@@ -187,20 +193,24 @@ def print_report(r: dict) -> None:
           f"token to one turn every {ro['slowest_tokens_per_turn']:,.0f} tokens")
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file with a `model` entry.")
-_JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of text.")
-_LENGTH = flags.DEFINE_integer("length", None, "Sequence length for the length-dependent "
-                               "figures (default: model.max_len).")
-_DTYPE = flags.DEFINE_enum("dtype", "bfloat16", sorted(DTYPE_BYTES), "KV-cache element type.")
-_NEW = flags.DEFINE_integer("new_tokens", 40, "Generated tokens for the comparison count.")
+def _define_flags():
+  # Defined only when run as a program, so importing this module (as the trainer does)
+  # never collides with another program's --config.
+  config_flags.DEFINE_config_file("config", None, "Config file with a `model` entry.")
+  flags.DEFINE_bool("json", False, "Print one JSON object instead of text.")
+  flags.DEFINE_integer("length", None, "Sequence length for the length-dependent figures "
+                       "(default: model.max_len).")
+  flags.DEFINE_enum("dtype", "bfloat16", sorted(DTYPE_BYTES), "KV-cache element type.")
+  flags.DEFINE_integer("new_tokens", 40, "Generated tokens for the comparison count.")
 
 
 def main(argv):
   del argv
-  if _CONFIG.value is None:
+  FLAGS = flags.FLAGS
+  if FLAGS.config is None:
     sys.exit("--config is required, e.g. --config configs/arch/llama3_8b.py")
-  r = report(_CONFIG.value, _LENGTH.value, _DTYPE.value, _NEW.value)
-  if _JSON.value:
+  r = report(FLAGS.config, FLAGS.length, FLAGS.dtype, FLAGS.new_tokens)
+  if FLAGS.json:
     print(json.dumps(r, indent=1))
   else:
     print_report(r)
@@ -208,4 +218,5 @@ def main(argv):
 
 if __name__ == "__main__":
   jax.config.update("jax_platforms", "cpu")
+  _define_flags()
   app.run(main)
