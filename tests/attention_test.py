@@ -242,3 +242,16 @@ def test_seed_toy_bank_and_river():
   w_bank = np.asarray(weights)[0, 0, 2]  # the row of "bank"
   assert w_bank[1] / w_bank[0] == pytest.approx(math.exp(4.25 / math.sqrt(2)), rel=1e-4)
   assert 19.5 < w_bank[1] / w_bank[0] < 20.5
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+def test_huge_masked_scores_give_finite_gradients(impl):
+  """A masked score far above the row's allowed maximum must not overflow exp() in the
+  backward pass (0 * inf = NaN)."""
+  q, k, v, _, _, _, layout, terms = make_case("padding")
+  q, k = np.array(q), np.array(k)
+  q[..., 0], k[..., 0] = 30.0, np.linspace(-30, 30, L)[None, :, None]
+  fn = attention.IMPLEMENTATIONS[impl]
+  g = jax.grad(lambda q, k: jnp.sum(fn(q, k, v, layout, terms, scale=1.0, cfg=cfg)),
+               argnums=(0, 1))(q, k)
+  assert all(np.isfinite(np.asarray(x)).all() for x in g)

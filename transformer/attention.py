@@ -106,7 +106,9 @@ def masked_softmax(scores, mask):
   """softmax over the last axis where mask is True; rows with no allowed key give zeros."""
   row_max = jnp.max(jnp.where(mask, scores, -jnp.inf), axis=-1, keepdims=True)
   row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
-  e = jnp.where(mask, jnp.exp(scores - row_max), 0.0)
+  # exp only where allowed: a masked score far above the row max would overflow to inf,
+  # and where()'s zero cotangent times inf is a NaN gradient.
+  e = jnp.where(mask, jnp.exp(jnp.where(mask, scores - row_max, 0.0)), 0.0)
   denom = jnp.sum(e, axis=-1, keepdims=True)
   return e / jnp.where(denom == 0, 1.0, denom)
 
@@ -175,7 +177,7 @@ def chunked(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
       mask = blk.mask()[:, :, None]
       m_new = jnp.maximum(m, jnp.max(jnp.where(mask, s, -jnp.inf), axis=-1))
       m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
-      p = jnp.where(mask, jnp.exp(s - m_safe[..., None]), 0.0)
+      p = jnp.where(mask, jnp.exp(jnp.where(mask, s - m_safe[..., None], 0.0)), 0.0)
       correction = jnp.exp(m - m_safe)  # exp(-inf) = 0 drops a still-empty accumulator
       l = l * correction + jnp.sum(p, axis=-1)
       acc = acc * correction[..., None] + jnp.einsum(
