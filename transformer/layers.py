@@ -22,8 +22,10 @@ def _norm_param(init):
 
 
 NORMS = {
+    # E[x^2] - E[x]^2 (the fast variance) cancels badly for GPT-2-sized activations.
     "layernorm": lambda cfg, name: nn.LayerNorm(
         epsilon=cfg.norm_eps, dtype=jnp.float32, param_dtype=jnp.dtype(cfg.param_dtype),
+        use_fast_variance=False,
         scale_init=_norm_param(nn.initializers.ones),
         bias_init=_norm_param(nn.initializers.zeros), name=name),
     "rmsnorm": lambda cfg, name: nn.RMSNorm(
@@ -95,6 +97,7 @@ class Block(nn.Module):
   cfg: ml_collections.ConfigDict
   cross: bool = False
   deterministic: bool = True
+  cache_mode: str = ""  # see Attention
 
   @nn.compact
   def __call__(self, x_BLD, layout: Layout, terms: AttentionTerms, enc_BSD=None,
@@ -108,10 +111,10 @@ class Block(nn.Module):
         return x + drop(fn(Norm(cfg, name=f"{name}_norm")(x)))
       return Norm(cfg, name=f"{name}_norm")(x + drop(fn(x)))
 
-    attend = Attention(cfg, self.deterministic, name="self_attention")
+    attend = Attention(cfg, self.deterministic, self.cache_mode, name="self_attention")
     x_BLD = residual("self_attention", lambda h: attend(h, layout, terms), x_BLD)
     if self.cross:
-      cross = Attention(cfg, self.deterministic, name="cross_attention")
+      cross = Attention(cfg, self.deterministic, self.cache_mode, name="cross_attention")
       # Cross-attention has no positional terms: the offset between a decoder and an
       # encoder position carries no meaning.
       x_BLD = residual("cross_attention",
@@ -135,6 +138,7 @@ class Stack(nn.Module):
   num_layers: int
   cross: bool = False
   deterministic: bool = True
+  cache_mode: str = ""  # see Attention
 
   @nn.compact
   def __call__(self, x_BLD, layout, terms, enc_BSD=None, cross_layout=None):
@@ -142,17 +146,19 @@ class Stack(nn.Module):
     if cfg.remat not in REMAT_POLICIES:
       raise ValueError(f"Unknown model.remat {cfg.remat!r}; valid: {sorted(REMAT_POLICIES)}.")
     block = Block
-    if cfg.remat != "none":
+    # Decoding takes no gradients: nothing to rematerialize.
+    if cfg.remat != "none" and not self.cache_mode:
       block = nn.remat(Block, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers)
     if cfg.scan_layers:
       scanned = nn.scan(
-          block, variable_axes={"params": 0, "intermediates": 0},
+          block, variable_axes={"params": 0, "intermediates": 0, "cache": 0},
           split_rngs={"params": True, "dropout": True}, in_axes=nn.broadcast,
           length=self.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
-      x_BLD, _ = scanned(cfg, self.cross, self.deterministic, name="layers")(
+      x_BLD, _ = scanned(cfg, self.cross, self.deterministic, self.cache_mode, name="layers")(
           x_BLD, layout, terms, enc_BSD, cross_layout)
       return x_BLD
     for i in range(self.num_layers):
-      x_BLD, _ = block(cfg, self.cross, self.deterministic, name=f"layers_{i}")(
+      x_BLD, _ = block(cfg, self.cross, self.deterministic, self.cache_mode,
+                       name=f"layers_{i}")(
           x_BLD, layout, terms, enc_BSD, cross_layout)
     return x_BLD

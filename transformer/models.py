@@ -101,13 +101,16 @@ class Tower(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, segment_ids, positions, deterministic, prefix=None,
-               enc_BSD=None, enc_segment_ids=None):
+               enc_BSD=None, enc_segment_ids=None, layout=None, cache_mode=""):
+    """`layout` (decoding only) replaces segment_ids/positions: at a cached step its keys
+    are the cache slots, not the inputs (see decode.py)."""
     cfg = self.cfg
     B, L = x_BLD.shape[:2]
     scheme = make_scheme(cfg, name="positions")
-    layout = make_layout(L, L, batch=B, q_segments=segment_ids, k_segments=segment_ids,
-                         q_positions=positions, k_positions=positions, prefix=prefix,
-                         causal=self.causal, window=cfg.window)
+    if layout is None:
+      layout = make_layout(L, L, batch=B, q_segments=segment_ids, k_segments=segment_ids,
+                           q_positions=positions, k_positions=positions, prefix=prefix,
+                           causal=self.causal, window=cfg.window)
     x_BLD = scheme.embed(x_BLD, layout.q_pos_BL)
     # A zero we can differentiate against: d(logits)/d(embedded) tests causality and probes.
     x_BLD = self.perturb("embedded", x_BLD)
@@ -119,9 +122,9 @@ class Tower(nn.Module):
     if self.cross:
       S = enc_BSD.shape[1]
       # Queries of decoder document i see keys of encoder document i (segment equality).
-      cross_layout = make_layout(L, S, batch=B, q_segments=segment_ids,
+      cross_layout = make_layout(L, S, batch=B, q_segments=layout.q_seg_BL,
                                  k_segments=enc_segment_ids)
-    x_BLD = Stack(cfg, self.num_layers, self.cross, deterministic, name="stack")(
+    x_BLD = Stack(cfg, self.num_layers, self.cross, deterministic, cache_mode, name="stack")(
         x_BLD, layout, scheme.attention_terms(self.causal), enc_BSD, cross_layout)
     if cfg.norm_position == "pre":
       x_BLD = Norm(cfg, name="final_norm")(x_BLD)
@@ -141,6 +144,13 @@ class Decoder(nn.Module):
                deterministic=True):
     x_BLD = self.embedder(inputs_BL)
     x_BLD = self.tower(x_BLD, segment_ids, positions, deterministic, prefix=prefix_BL)
+    return self.head(x_BLD, self.embedder)
+
+  def extend(self, tokens_BL, layout, cache_mode):
+    """Decoding: run tokens against the KV cache (the mutable 'cache' collection), the
+    prompt at cache_mode='prefill', one new token per row at 'step'."""
+    x_BLD = self.tower(self.embedder(tokens_BL), None, None, True, layout=layout,
+                       cache_mode=cache_mode)
     return self.head(x_BLD, self.embedder)
 
 
@@ -200,6 +210,14 @@ class EncoderDecoder(nn.Module):
       decoder_segment_ids = jnp.ones(decoder_inputs.shape, jnp.int32)
     x_BLD = self.decoder(self.embedder(decoder_inputs), decoder_segment_ids, decoder_positions,
                          deterministic, enc_BSD=encoded_BSD, enc_segment_ids=encoder_segment_ids)
+    return self.head(x_BLD, self.embedder)
+
+  def extend(self, encoded_BSD, encoder_segment_ids, tokens_BL, layout, cache_mode):
+    """Decoding (see Decoder.extend). Cross-attention keys/values are computed from
+    encoded_BSD at prefill only; later steps read them from the cache."""
+    x_BLD = self.decoder(self.embedder(tokens_BL), None, None, True, enc_BSD=encoded_BSD,
+                         enc_segment_ids=encoder_segment_ids, layout=layout,
+                         cache_mode=cache_mode)
     return self.head(x_BLD, self.embedder)
 
   def __call__(self, encoder_inputs, decoder_inputs, encoder_segment_ids=None,

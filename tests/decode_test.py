@@ -1,0 +1,256 @@
+"""KV-cache decoding equals the full forward pass; sampling, stop tokens, beam search, errors.
+
+Every check of cached decoding compares against the model's own full forward pass on the same
+left-padded batch (segment 0 on the pads, positions restarting at each row's first token),
+which models_test already ties to the unpadded sequences.
+"""
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs.common import model_config, position_config
+from transformer import decode, inspect, models
+
+SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
+PROMPTS = [[1, 5, 6], [1, 7, 8, 9, 10]]  # different lengths: the batch is left-padded
+ENCODER_INPUTS = [[5, 6, 7, 2], [8, 9, 2]]
+DECODER_PROMPTS = [[1], [1, 4]]
+
+
+def tiny(kind="decoder", scheme="rope", **kw):
+  """GQA (4 query heads, 2 kv heads) so the cache is smaller than the heads."""
+  base = dict(kind=kind, vocab_size=37, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
+              d_ff=48, max_len=32, position=position_config(scheme), attention="dense")
+  base.update(kw)
+  return model_config(**base)
+
+
+@functools.lru_cache(maxsize=None)
+def built(kind="decoder", scheme="rope", **kw):
+  cfg = tiny(kind, scheme, **kw)
+  model = models.make_model(cfg)
+  params = model.init(jax.random.key(0), *models.dummy_inputs(cfg, 1, 8))["params"]
+  return cfg, model, params
+
+
+def full_forward_fn(model, params, kind, start_B):
+  """A compiled full forward pass over a left-padded [B, length] batch of decoder tokens."""
+  enc_tokens, enc_seg = decode.right_pad(ENCODER_INPUTS)
+
+  @jax.jit
+  def forward(tokens_BL):
+    seg, pos = decode.padded_inputs(start_B, tokens_BL.shape[1])
+    if kind == "decoder":
+      return model.apply({"params": params}, tokens_BL, segment_ids=seg, positions=pos)
+    return model.apply({"params": params}, enc_tokens, tokens_BL, encoder_segment_ids=enc_seg,
+                       decoder_segment_ids=seg, decoder_positions=pos)
+  return forward
+
+
+def check_against_full_forward(kind, model, params, prompts, T):
+  """Cached logits == full-forward logits at every real position, and greedy generation ==
+  repeated argmax of full forward passes (one pass per new token)."""
+  encoder_inputs = ENCODER_INPUTS if kind == "encoder_decoder" else None
+  new_BT, cached_BXV = decode.generate(model, params, prompts, max_new_tokens=T,
+                                       stop_tokens=(), encoder_inputs=encoder_inputs,
+                                       return_logits=True)
+  prompt_BP, start_B = decode.left_pad(prompts)
+  P = prompt_BP.shape[1]
+  forward = full_forward_fn(model, params, kind, start_B)
+  # Repeated argmax: the future is padding, which causality keeps out of sight.
+  tokens_BL = np.concatenate([prompt_BP, np.zeros((len(prompts), T), np.int32)], axis=1)
+  for t in range(T):
+    tokens_BL[:, P + t] = np.argmax(forward(tokens_BL)[:, P + t - 1], axis=-1)
+  np.testing.assert_array_equal(new_BT, tokens_BL[:, P:])
+  full_BXV = np.asarray(forward(tokens_BL))[:, :-1]
+  real_BX = np.arange(P + T - 1)[None] >= start_B[:, None]
+  np.testing.assert_allclose(cached_BXV[real_BX], full_BXV[real_BX], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["decoder", "encoder_decoder"])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_cached_decoding_equals_full_forward(kind, scheme):
+  _, model, params = built(kind, scheme)
+  prompts = PROMPTS if kind == "decoder" else DECODER_PROMPTS
+  check_against_full_forward(kind, model, params, prompts, T=4)
+
+
+@pytest.mark.parametrize("scheme,scan", [("rope", False), ("alibi", True)])
+def test_sliding_window_ring_cache_equals_full_forward(scheme, scan):
+  # The 5-token prompt overflows the 3-slot ring at prefill and the steps keep wrapping; MQA.
+  _, model, params = built("decoder", scheme, window=3, num_kv_heads=1, scan_layers=scan)
+  check_against_full_forward("decoder", model, params, PROMPTS, T=5)
+
+
+def test_padded_batch_row_equals_prompt_alone():
+  _, model, params = built("decoder", "learned")
+  batch = decode.generate(model, params, PROMPTS, max_new_tokens=6, stop_tokens=())
+  alone = decode.generate(model, params, PROMPTS[:1], max_new_tokens=6, stop_tokens=())
+  np.testing.assert_array_equal(batch[:1], alone)
+
+
+@pytest.mark.parametrize("kind,overrides", [
+    ("decoder", {}), ("decoder", dict(window=4)), ("decoder", dict(num_kv_heads=1)),
+    ("encoder_decoder", {})])
+def test_cache_bytes_equal_inspect(kind, overrides):
+  cfg, model, params = built(kind, "rope", **overrides)
+  B, length = 3, 10
+  enc = {}
+  if kind == "encoder_decoder":
+    tokens, seg = decode.right_pad([[5] * 6] * B)
+    enc = dict(encoded_BSD=decode.encode(model, params, tokens, seg), encoder_segment_ids_BS=seg)
+  cache = decode.init_cache(model, params, B, length, **enc)
+  expected = B * inspect.kv_cache_bytes(cfg, length, 4, encoder_length=6 if enc else 0)
+  assert decode.cache_nbytes(cache) == expected
+  # Only num_kv_heads heads are kept: GQA halves this config's cache against MHA.
+  K_axis = {x.shape[-2] for x in jax.tree.leaves(cache)}
+  assert K_axis == {cfg.num_kv_heads}
+
+
+def test_cross_attention_keys_and_values_come_from_the_cache_after_prefill():
+  cfg, model, params = built("encoder_decoder", "t5_bias")
+  tokens, seg = decode.right_pad(ENCODER_INPUTS)
+  encoded = decode.encode(model, params, tokens, seg)
+  prompt, start = decode.left_pad(DECODER_PROMPTS)
+  _, state = decode.prefill(model, params, prompt, start, 4, encoded, seg)
+  logits, _ = decode.step(model, params, state, jnp.asarray([5, 6]))
+  # Steps never project the encoder output again: poisoned cross K/V weights change nothing.
+  poison = lambda path, x: jnp.full_like(x, jnp.nan) if (
+      "cross_attention" in jax.tree_util.keystr(path)
+      and ("'key'" in jax.tree_util.keystr(path) or "'value'" in jax.tree_util.keystr(path))
+  ) else x
+  poisoned = jax.tree_util.tree_map_with_path(poison, params)
+  logits2, _ = decode.step(model, poisoned, state, jnp.asarray([5, 6]))
+  np.testing.assert_array_equal(logits, logits2)
+
+
+def test_loop_compiles_once_sampling_is_seeded_and_top_filters_reduce_to_greedy(monkeypatch):
+  _, model, params = built("decoder", "rope")
+  calls = []
+  original = decode.step
+  monkeypatch.setattr(decode, "step", lambda *a: calls.append(1) or original(*a))
+  # A length no other test uses, so this test does the compiling.
+  gen = functools.partial(decode.generate, model, params, PROMPTS, max_new_tokens=9,
+                          stop_tokens=())
+  greedy = gen()
+  hot = decode.Sampling(temperature=1.5)
+  a, b, c = gen(sampling=hot, seed=0), gen(sampling=hot, seed=0), gen(sampling=hot, seed=1)
+  np.testing.assert_array_equal(a, b)
+  assert (a != c).any() and (a != greedy).any()
+  np.testing.assert_array_equal(gen(sampling=decode.Sampling(1.5, top_k=1), seed=3), greedy)
+  np.testing.assert_array_equal(gen(sampling=decode.Sampling(1.5, top_p=1e-6), seed=3), greedy)
+  # Nine tokens, eight steps, five settings: the step was traced once (a while_loop body).
+  assert len(calls) == 1
+
+
+def test_stop_tokens_end_rows_and_pad_after():
+  _, model, params = built("decoder", "rope")
+  greedy = decode.generate(model, params, PROMPTS, max_new_tokens=7, stop_tokens=())
+  stop = int(greedy[0, 2])
+  out = decode.generate(model, params, PROMPTS, max_new_tokens=7, stop_tokens=(stop,))
+  for row, ref in zip(out, greedy):
+    end = list(ref).index(stop) + 1 if stop in ref else len(ref)
+    np.testing.assert_array_equal(row[:end], ref[:end])
+    assert (row[end:] == decode.PAD_ID).all()
+
+
+@functools.lru_cache(maxsize=None)
+def _sampler():
+  draw = lambda logits, key, t, k, p: decode.sample(logits[None], key, t, k, p)[0]
+  return jax.jit(jax.vmap(draw, in_axes=(None, 0, None, None, None)))
+
+
+def _draws(probs, temperature=1.0, top_k=0, top_p=1.0, n=4000):
+  keys = jax.random.split(jax.random.key(0), n)
+  out = _sampler()(jnp.log(jnp.asarray(probs, jnp.float32)), keys, jnp.float32(temperature),
+                   jnp.int32(top_k), jnp.float32(top_p))
+  return np.bincount(np.asarray(out), minlength=len(probs)) / n
+
+
+def test_sample_filters_and_temperature():
+  probs = [0.05, 0.5, 0.15, 0.3]
+  np.testing.assert_allclose(_draws(probs), probs, atol=0.03)
+  assert set(np.nonzero(_draws(probs, top_k=2))[0]) == {1, 3}
+  # Nucleus: 0.5 + 0.3 reaches 0.7; at p = 0.5 the top token alone reaches it.
+  assert set(np.nonzero(_draws(probs, top_p=0.7))[0]) == {1, 3}
+  assert set(np.nonzero(_draws(probs, top_p=0.5))[0]) == {1}
+  hot = np.asarray(probs) ** 0.5 / np.sum(np.asarray(probs) ** 0.5)  # temperature 2
+  np.testing.assert_allclose(_draws(probs, temperature=2.0), hot, atol=0.03)
+  assert set(np.nonzero(_draws(probs, temperature=0.0))[0]) == {1}
+
+
+def test_beam_search_finds_the_exhaustive_best_with_length_penalty():
+  """Vocabulary 6, 3 new tokens, 36 beams keep every prefix, so beam search must return the
+  exact ranking of all hypotheses that end in EOS, by log p / ((5 + length) / 6) ** alpha."""
+  V, T, alpha = 6, 3, 0.6
+  cfg = tiny("encoder_decoder", "t5_bias", vocab_size=V, num_layers=1)
+  model = models.make_model(cfg)
+  params = model.init(jax.random.key(1), *models.dummy_inputs(cfg, 1, 8))["params"]
+  encoder_inputs = [[3, 4, 5, 2], [5, 3, 2]]
+  tokens_BWT, scores_BW = decode.beam_search(model, params, None, max_new_tokens=T,
+                                             beam_size=V * V, length_penalty_alpha=alpha,
+                                             encoder_inputs=encoder_inputs)
+  seqs_NT = np.asarray(list(itertools.product(range(V), repeat=T)), np.int32)
+  n = len(seqs_NT)
+  enc, seg = decode.right_pad(encoder_inputs)
+  inputs_NT = np.concatenate([np.full((n, 1), decode.BOS_ID), seqs_NT[:, :-1]], 1)
+  for b in range(len(encoder_inputs)):
+    logits = model.apply({"params": params}, np.repeat(enc[b:b + 1], n, 0), inputs_NT,
+                         encoder_segment_ids=np.repeat(seg[b:b + 1], n, 0))
+    logp_NT = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), seqs_NT[..., None],
+                                 -1)[..., 0]
+    best = {}
+    for s, lp in zip(seqs_NT, logp_NT):
+      if decode.EOS_ID in s:
+        end = list(s).index(decode.EOS_ID) + 1
+        best[tuple(s[:end])] = lp[:end].sum() / ((5 + end) / 6) ** alpha
+    ranked = sorted(best.items(), key=lambda kv: -kv[1])[:5]
+    for w, (seq, score) in enumerate(ranked):
+      assert tuple(tokens_BWT[b, w, :len(seq)]) == seq
+      assert (tokens_BWT[b, w, len(seq):] == decode.PAD_ID).all()
+      np.testing.assert_allclose(scores_BW[b, w], score, atol=1e-5)
+
+
+def test_one_beam_without_penalty_is_greedy():
+  _, model, params = built("decoder", "rope")
+  greedy = decode.generate(model, params, PROMPTS, max_new_tokens=7, stop_tokens=())
+  tokens_BWT, _ = decode.beam_search(model, params, PROMPTS, max_new_tokens=7, beam_size=1,
+                                     length_penalty_alpha=0.0, eos_id=-1)
+  np.testing.assert_array_equal(tokens_BWT[:, 0], greedy)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda m, p: decode.generate(m, p, [[]], max_new_tokens=3), "empty prompt"),
+    (lambda m, p: decode.generate(m, p, [], max_new_tokens=3), "no prompts"),
+    (lambda m, p: decode.generate(m, p, [[1] * 30], max_new_tokens=3), "learned position"),
+    (lambda m, p: decode.generate(m, p, [[1]], max_new_tokens=0), "max_new_tokens"),
+    (lambda m, p: decode.generate(m, p, [[1, 37]], max_new_tokens=2), r"outside .*\[0, 37\)"),
+    (lambda m, p: decode.Sampling(top_p=0.0), r"top_p must be in \(0, 1\]"),
+    (lambda m, p: decode.Sampling(top_p=1.5), r"top_p must be in \(0, 1\]"),
+    (lambda m, p: decode.Sampling(temperature=-1.0), "temperature"),
+    (lambda m, p: decode.Sampling(top_k=-2), "top_k"),
+    (lambda m, p: decode.beam_search(m, p, [[1]], max_new_tokens=3, beam_size=0),
+     "beam_size must be"),
+    (lambda m, p: decode.generate(m, p, [[1]], max_new_tokens=3, encoder_inputs=[[4]]),
+     "decoder-only"),
+])
+def test_bad_input_gets_a_clear_error(call, message):
+  _, model, params = built("decoder", "learned")
+  with pytest.raises(ValueError, match=message):
+    call(model, params)
+
+
+@pytest.mark.parametrize("kind,overrides,message", [
+    ("encoder", {}, "has no next-token"),
+    ("decoder", dict(attention="linear"), "does not support model.attention='linear'"),
+    ("encoder_decoder", {}, "needs encoder_inputs"),
+])
+def test_unsupported_models_are_refused(kind, overrides, message):
+  model = models.make_model(tiny(kind, **overrides))
+  with pytest.raises(ValueError, match=message):
+    decode.generate(model, {}, [[1]], max_new_tokens=2)
