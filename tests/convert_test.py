@@ -406,3 +406,53 @@ def test_presets_match_transformers_parameter_counts(preset):
   with torch.device("meta"):
     model = getattr(T, hf["architectures"][0])(config)
   assert ours == model.num_parameters()
+
+
+def _save_word_tokenizer(path, words):
+  """A word-level tokenizer.json (the `tokenizers` library, no download) for a tiny model."""
+  tokenizers = pytest.importorskip("tokenizers", reason=SKIP_REASON)
+  vocab = {w: i for i, w in enumerate(["<pad>", "<s>", "</s>", "<unk>"] + words)}
+  tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+  tok.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
+  tok.add_special_tokens(["<pad>", "<s>", "</s>"])
+  tok.save(os.path.join(path, "tokenizer.json"))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5_v10"])
+def test_generate_from_a_converted_checkpoint(reference, name, tmp_path):
+  """--from_hf into a run directory, then transformer.generate with the model's own
+  tokenizer and special ids, from the command line."""
+  import subprocess
+  import sys
+  _, path = reference(name)
+  words = ["the", "keys", "to", "cabinet", "are", "lost"]
+  _save_word_tokenizer(path, words)
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  run = lambda *args: subprocess.run([sys.executable, "-m", *args], cwd=root, check=True,
+                                     capture_output=True, text=True).stdout
+  run("transformer.convert", "--from_hf", path, "--to", str(tmp_path / "run"))
+  with open(tmp_path / "run" / "tokenizer" / "special_ids.json") as f:
+    ids = json.load(f)
+  with open(os.path.join(path, "config.json")) as f:
+    hf = json.load(f)
+  if name == "t5_v10":  # T5's decoder starts from its pad id
+    assert ids["bos"] == hf["decoder_start_token_id"] == hf["pad_token_id"]
+  out = run("transformer.generate", "--workdir", str(tmp_path / "run"), "--prompt",
+            "the keys to the cabinet", "--max_new_tokens", "5")
+  # The same greedy continuation from transformers, decoded by the same tokenizer.
+  torch, T = _hf()
+  from transformer.data import tokenizers
+  tok = tokenizers.HuggingFaceTokenizer(str(tmp_path / "run" / "tokenizer"))
+  prompt = tok.encode("the keys to the cabinet")
+  model, _ = reference(name)
+  with torch.no_grad():
+    if name == "t5_v10":
+      ids = model.generate(torch.tensor([prompt + [tok.eos_id]]), max_new_tokens=5,
+                           do_sample=False, decoder_start_token_id=tok.bos_id)[0, 1:]
+    else:
+      ids = model.generate(torch.tensor([[tok.bos_id] + prompt]), max_new_tokens=5,
+                           do_sample=False, pad_token_id=0)[0, len(prompt) + 1:]
+  ids = ids.tolist()
+  ids = ids[:ids.index(tok.eos_id)] if tok.eos_id in ids else ids
+  assert out.strip() == tok.decode(ids).strip()

@@ -295,8 +295,20 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "generation_config.json")
 
 
+def special_ids(hf_config: dict, kind: str) -> dict:
+  """The model's own special ids, for transformer.data's 'huggingface' tokenizer. An
+  encoder-decoder's decoder starts from decoder_start_token_id (T5: the pad id)."""
+  first = lambda v: v[0] if isinstance(v, list) else v
+  bos = hf_config.get("bos_token_id")
+  if kind == "encoder_decoder":
+    bos = hf_config.get("decoder_start_token_id", bos)
+  return {"pad": first(hf_config.get("pad_token_id")), "bos": first(bos),
+          "eos": first(hf_config.get("eos_token_id"))}
+
+
 def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None) -> None:
-  """Write a run directory holding these parameters as the checkpoint of step 0."""
+  """Write a run directory holding these parameters as the checkpoint of step 0 (with the
+  source's tokenizer files and special ids when `tokenizer_dir` is a HF directory)."""
   import importlib
   from transformer import checkpoint  # deferred: orbax is only needed here
   config = importlib.import_module(EXPERIMENTS[cfg.kind]).get_config()
@@ -308,10 +320,14 @@ def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None)
     f.write(config.to_json(indent=2, sort_keys=True) + "\n")
   if tokenizer_dir:
     out = checkpoint.tokenizer_dir(workdir)
+    os.makedirs(out, exist_ok=True)
     for name in TOKENIZER_FILES:
       if os.path.exists(os.path.join(tokenizer_dir, name)):
-        os.makedirs(out, exist_ok=True)
         shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(out, name))
+    with open(os.path.join(tokenizer_dir, "config.json")) as f:
+      ids = special_ids(json.load(f), cfg.kind)
+    with open(os.path.join(out, "special_ids.json"), "w") as f:
+      json.dump(ids, f)
   manager = checkpoint.make_manager(workdir, keep=1, keep_best=0, async_save=False)
   params = meta.unbox(variables["params"])
   state = {"params": params, "step": jnp.zeros((), jnp.int32)}

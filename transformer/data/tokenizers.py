@@ -6,6 +6,7 @@ pipeline never ask which tokenizer they got. encode/decode never add specials.
 
 import hashlib
 import io
+import json
 import os
 import tempfile
 
@@ -113,7 +114,45 @@ def _sentencepiece(data_config, cache_dir):
   return SentencePieceTokenizer(path)
 
 
-TOKENIZERS = {"bytes": _bytes, "sentencepiece": _sentencepiece}
+class HuggingFaceTokenizer:
+  """A converted checkpoint's own tokenizer.json (Hugging Face `tokenizers`), with the special
+  ids its model was trained with (tokenizer/special_ids.json, written by transformer.convert),
+  since published models do not share this project's 0/1/2/3."""
+
+  def __init__(self, directory: str):
+    try:
+      import tokenizers  # the interop extra; conversion itself never needs it
+    except ImportError:
+      raise ValueError("tokenizer 'huggingface' needs the tokenizers package: "
+                       "pip install -e '.[interop]'") from None
+    path = os.path.join(directory or "", "tokenizer.json")
+    if not os.path.exists(path):
+      raise ValueError(f"tokenizer 'huggingface' reads {path}, which does not exist: copy the "
+                       f"checkpoint's tokenizer.json there (transformer.convert does so when "
+                       f"the source directory has one)")
+    self._tok = tokenizers.Tokenizer.from_file(path)
+    self.vocab_size = self._tok.get_vocab_size()
+    ids = {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "mask": MASK_ID}
+    special = os.path.join(directory, "special_ids.json")
+    if os.path.exists(special):
+      with open(special) as f:
+        ids.update({k: v for k, v in json.load(f).items() if v is not None})
+    self.pad_id, self.bos_id, self.eos_id, self.mask_id = (
+        ids["pad"], ids["bos"], ids["eos"], ids["mask"])
+
+  def encode(self, text: str) -> list[int]:
+    return self._tok.encode(text, add_special_tokens=False).ids
+
+  def decode(self, ids) -> str:
+    return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+
+def _huggingface(data_config, cache_dir):
+  del data_config
+  return HuggingFaceTokenizer(cache_dir)
+
+
+TOKENIZERS = {"bytes": _bytes, "sentencepiece": _sentencepiece, "huggingface": _huggingface}
 
 
 def get_tokenizer(data_config, cache_dir: str | None = None):
