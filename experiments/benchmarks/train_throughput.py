@@ -1,0 +1,155 @@
+r"""Training throughput of the real train step on two fixed decoder workloads, fp32, CPU.
+
+    python -m experiments.benchmarks.train_throughput [--workloads W1,W2] [--steps 10]
+
+W1: vocab 256, d_model 256, 4 layers, 4 heads, d_ff 1024 (GELU), learned positions,
+    context 256, batch 16, AdamW.
+W2: vocab 256, d_model 512, 8 layers, 8 heads, d_ff 2048 (GELU), learned positions,
+    context 512, batch 8, AdamW.
+
+The step is `transformer.train.make_train_step` (model, loss, AdamW update) jitted with
+donation, exactly what the train command runs, on random byte tokens. Reported:
+  step time   median of --steps timed steps after compilation and one warm-up step (also
+              the best step, and the process CPU time per step: on a shared machine the
+              wall time includes waiting for other processes, the CPU time does not)
+  model FLOP/s = flops_per_token * tokens / step time, with
+               flops_per_token = 6*N + 6*L*T*d_attn   (N: non-embedding params, L layers,
+               T context, d_attn = heads * head_dim; Kaplan et al., as transformer.inspect)
+               The output projection (6*V*d per token, ~2% of W1) is not counted, so the
+               ratio is slightly conservative.
+  of peak     model FLOP/s over the fp32 jnp.dot peak measured in the same process (best of
+              five 2048^3 matmuls, before and after the workloads; the larger reading), so
+              both sides see the same machine and thread count.
+  compile     seconds to lower and compile the step.
+  memory      XLA's buffer accounting of the compiled step (arguments + temporaries) and the
+              process's peak resident set.
+"""
+
+import os
+import platform
+import resource
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from configs import common
+from transformer import models, objectives, optim, throughput, train_state
+from transformer.train import make_train_step
+
+_WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
+_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per workload (median reported).")
+_PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matrix size of the jnp.dot peak measurement.")
+
+WORKLOADS = {
+    "W1": dict(model=dict(d_model=256, num_layers=4, num_heads=4, d_ff=1024),
+               seq_len=256, batch_size=16),
+    "W2": dict(model=dict(d_model=512, num_layers=8, num_heads=8, d_ff=2048),
+               seq_len=512, batch_size=8),
+}
+
+
+def experiment(name: str):
+  w = WORKLOADS[name]
+  model = common.model_config(kind="decoder", vocab_size=256, ffn="gelu",
+                              max_len=w["seq_len"], position=common.position_config("learned"),
+                              **w["model"])
+  data = common.ml_collections.ConfigDict(dict(seq_len=w["seq_len"]))
+  config = common.experiment_config(model, data, common.objective_config("lm"),
+                                    batch_size=w["batch_size"], steps=1000)
+  config.opt.name = "adamw"
+  return config
+
+
+def random_batch(config, seed=0):
+  rng = np.random.default_rng(seed)
+  B, L = config.train.batch_size, config.data.seq_len
+  tokens = rng.integers(0, 256, (B, L + 1), dtype=np.int32)
+  return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+          "segment_ids": np.ones((B, L), np.int32),
+          "positions": np.broadcast_to(np.arange(L, dtype=np.int32), (B, L)).copy(),
+          "weights": np.ones((B, L), np.float32)}
+
+
+def measure(name: str) -> dict:
+  config = experiment(name)
+  model = models.make_model(config.model)
+  names, shapes = train_state.abstract_params(model, config)
+  tx = optim.make_optimizer(config.opt, config.train.steps,
+                            optim.weight_decay_mask(names, shapes))
+  state = jax.jit(train_state.make_init(model, config, tx))(0)
+  step_fn = jax.jit(make_train_step(objectives.make_loss_fn(config.objective, model), tx,
+                                    optim.make_schedule(config.opt, config.train.steps), 1),
+                    donate_argnums=0)
+  batch = jax.device_put(random_batch(config))
+
+  start = time.perf_counter()
+  compiled = step_fn.lower(state, batch).compile()
+  compile_s = time.perf_counter() - start
+  memory = compiled.memory_analysis()
+  state, metrics = compiled(state, batch)  # warm-up: first-touch allocations
+  jax.block_until_ready(metrics)
+  times, cpu_times = [], []
+  for _ in range(_STEPS.value):
+    start, cpu_start = time.perf_counter(), time.process_time()
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+    times.append(time.perf_counter() - start)
+    cpu_times.append(time.process_time() - cpu_start)
+
+  _, non_embedding = throughput.count_params(shapes)
+  flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len, non_embedding)
+  tokens = config.train.batch_size * config.data.seq_len
+  step_s = statistics.median(times)
+  flops = flops_per_token * tokens / step_s
+  xla_bytes = (memory.argument_size_in_bytes + memory.temp_size_in_bytes) if memory else 0
+  return dict(workload=name, step_ms=step_s * 1e3, tokens_per_s=tokens / step_s,
+              best_ms=min(times) * 1e3, cpu_ms=statistics.median(cpu_times) * 1e3,
+              gflops=flops / 1e9, compile_s=compile_s,
+              xla_mib=xla_bytes / 2**20, params_non_embedding=non_embedding,
+              flops_per_token=flops_per_token, loss=float(metrics["loss"]))
+
+
+def main(argv):
+  del argv
+  for name in _WORKLOADS.value:
+    if name not in WORKLOADS:
+      raise app.UsageError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
+  print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs "
+        f"({_cpu_model()}), {jax.devices()[0].device_kind} x{jax.device_count()}, "
+        f"jax {jax.__version__}; load average {os.getloadavg()[0]:.1f}")
+  peak_before = throughput.measure_matmul_peak(_PEAK_N.value, repeats=5)
+  results = [measure(name) for name in _WORKLOADS.value]
+  peak_after = throughput.measure_matmul_peak(_PEAK_N.value, repeats=5)
+  # Other processes on a shared machine only ever slow a measurement down, so the larger of
+  # the two readings is the better estimate of what the hardware can do.
+  peak = max(peak_before, peak_after)
+  print(f"fp32 jnp.dot peak ({_PEAK_N.value}^3, best of 5): {peak_before / 1e9:.1f} GFLOP/s "
+        f"before, {peak_after / 1e9:.1f} after the workloads; ratios use {peak / 1e9:.1f}")
+  print(f"{'':4} {'step ms':>8} {'best ms':>8} {'cpu ms':>7} {'tokens/s':>9} {'GFLOP/s':>8} "
+        f"{'of peak':>8} {'compile s':>9} {'XLA MiB':>8}  flops/token")
+  for r in results:
+    print(f"{r['workload']:4} {r['step_ms']:8.1f} {r['best_ms']:8.1f} {r['cpu_ms']:7.0f} "
+          f"{r['tokens_per_s']:9.0f} {r['gflops']:8.1f} {r['gflops'] * 1e9 / peak:8.1%} "
+          f"{r['compile_s']:9.1f} {r['xla_mib']:8.0f}  "
+          f"{r['flops_per_token']:,} (N={r['params_non_embedding']:,})")
+  print(f"process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:.0f} MiB;"
+        f" load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def _cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return "unknown CPU"
+
+
+if __name__ == "__main__":
+  app.run(main)
