@@ -86,11 +86,12 @@ def uninterrupted(tmp_path_factory, data_dir):
   return workdir, out
 
 
-def test_sigterm_saves_and_the_resumed_run_is_bitwise_identical(tmp_path, data_dir,
-                                                                 uninterrupted):
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_a_signal_saves_and_the_resumed_run_is_bitwise_identical(tmp_path, data_dir,
+                                                                 uninterrupted, signal_name):
   reference_dir, reference = uninterrupted
   sets = ["train.steps=6", "train.checkpoint_every=2"]
-  first = run(tmp_path, data_dir, "--signal_at_step", "3:SIGTERM", sets=sets)
+  first = run(tmp_path, data_dir, "--signal_at_step", f"3:{signal_name}", sets=sets)
   assert first["summary"] == {"step": 3, "stopped": True}
   assert 3 in checkpoint.make_manager(str(tmp_path)).all_steps()  # saved off-cadence
 
