@@ -23,8 +23,8 @@ import optax
 from jax.experimental import multihost_utils
 from ml_collections import config_flags
 
-from transformer import (checkpoint, data, models, objectives, optim, positions, sharding,
-                         throughput, train_state)
+from transformer import (checkpoint, data, inspect, models, objectives, optim, positions,
+                         sharding, throughput, train_state)
 from transformer.data_shards import ShardedBatches
 from transformer.metrics_log import RunLog, Stopwatch
 
@@ -201,10 +201,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   else:
     state = jax.jit(init, out_shardings=state_shardings)(config.train.seed)
 
-  params_total, params_non_embedding = throughput.count_params(param_shapes)
+  params_total, params_non_embedding = inspect.param_totals(param_shapes)
   tokens_per_step = config.train.batch_size * config.data.seq_len
-  flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len,
-                                               params_non_embedding)
+  flops_per_token = inspect.flops_per_token(config.model, config.data.seq_len,
+                                            params_non_embedding)["total"]
   peak = throughput.peak_flops(config.train.peak_flops)
   log.info(f"{config.model.kind}: {params_total:,} params ({params_non_embedding:,} "
            f"non-embedding), mesh {dict(mesh.shape)}, {tokens_per_step:,} tokens/step")

@@ -37,7 +37,7 @@ import numpy as np
 from absl import app, flags
 
 from configs import common
-from transformer import models, objectives, optim, throughput, train_state
+from transformer import inspect, models, objectives, optim, throughput, train_state
 from transformer.train import make_train_step
 
 _WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
@@ -100,8 +100,9 @@ def measure(name: str) -> dict:
     times.append(time.perf_counter() - start)
     cpu_times.append(time.process_time() - cpu_start)
 
-  _, non_embedding = throughput.count_params(shapes)
-  flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len, non_embedding)
+  _, non_embedding = inspect.param_totals(shapes)
+  flops_per_token = inspect.flops_per_token(config.model, config.data.seq_len,
+                                            non_embedding)["total"]
   tokens = config.train.batch_size * config.data.seq_len
   step_s = statistics.median(times)
   flops = flops_per_token * tokens / step_s
