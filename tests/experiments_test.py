@@ -51,6 +51,7 @@ def test_probes_outputs(extrapolation, tmp_path):
   results = _run("experiments.probes.run", "configs/probes.py:tiny=true,steps=4",
                  tmp_path / "probes", f"--config.experiment.lm_workdir={lm_workdir}")
   assert set(results["agreement"]) == set(SCHEMES)
+  assert set(results["retrieval"]) == {"rope", "learned"}
   for r in results["agreement"].values():
     accs = [a for a in r["by_attractors"].values() if a is not None]
     assert accs and all(0 <= a <= 1 for a in accs)

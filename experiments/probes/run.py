@@ -118,7 +118,8 @@ def main(argv):
   kv_config.experiment.eval_multipliers = str(exp.kv_max_len // exp.kv_seq_len)
   kv_config.train.steps = exp.kv_steps
   kv_dir = os.path.join(workdir, "kv")
-  train_schemes(kv_config, kv_dir, schemes)
+  kv_schemes = [s for s in str(exp.kv_schemes).split(",") if s]
+  train_schemes(kv_config, kv_dir, kv_schemes)
 
   results = {"agreement": {}, "retrieval": {}, "retrieval_shape": {},
              "kv_train_pairs": exp.kv_train_pairs}
@@ -126,6 +127,8 @@ def main(argv):
     print(f"== probing {scheme}", flush=True)
     cfg, params, tokenizer = _load(os.path.join(lm_dir, "runs", scheme))
     results["agreement"][scheme] = agreement(Scorer(cfg, params), tokenizer, exp)
+    if scheme not in kv_schemes:
+      continue
     cfg, params, tokenizer = _load(os.path.join(kv_dir, "runs", scheme))
     results["retrieval"][scheme] = retrieval(Scorer(cfg, params), tokenizer, exp, cfg.max_len)
     results["retrieval_shape"][scheme] = {
