@@ -1,13 +1,15 @@
-"""The hardware side of MFU: peak FLOP/s per chip, looked up, configured or measured.
+"""Compute accounting of training runs: FLOPs per token, the hardware's peak, hence MFU.
 
-The model side (parameter counts and training FLOPs per token, 6N + 6 * n_attn_layers *
-n_ctx * d_attn) is transformer.inspect's, shared with the inspect tool and the scaling fits.
+The model side is transformer.inspect's count (shared with the inspect tool), so the FLOPs
+a run records in summary.json are the ones the scaling fits and `inspect` report.
 """
 
 import time
 
 import jax
 import jax.numpy as jnp
+
+from transformer import inspect
 
 # Dense bf16 peak FLOP/s per chip, for MFU on accelerators; CPUs are measured instead.
 PEAK_FLOPS = {
@@ -21,6 +23,12 @@ PEAK_FLOPS = {
     "NVIDIA H100 80GB HBM3": 989e12,
     "NVIDIA H200": 989e12,
 }
+
+
+def flops_per_token(model_config, seq_len: int, params_non_embedding: int) -> int:
+  """Training FLOPs per token as the train command records them (summary.json, MFU):
+  6 * N_non_embedding + 6 * n_attn_layers * n_ctx * d_attn (Kaplan et al.)."""
+  return inspect.flops_per_token(model_config, seq_len, params_non_embedding)["total"]
 
 
 def measure_matmul_peak(n: int = 1024, repeats: int = 5, dtype=jnp.float32) -> float:

@@ -203,8 +203,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   params_total, params_non_embedding = inspect.param_totals(param_shapes)
   tokens_per_step = config.train.batch_size * config.data.seq_len
-  flops_per_token = inspect.flops_per_token(config.model, config.data.seq_len,
-                                            params_non_embedding)["total"]
+  flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len,
+                                               params_non_embedding)
   peak = throughput.peak_flops(config.train.peak_flops)
   log.info(f"{config.model.kind}: {params_total:,} params ({params_non_embedding:,} "
            f"non-embedding), mesh {dict(mesh.shape)}, {tokens_per_step:,} tokens/step")

@@ -101,8 +101,8 @@ def measure(name: str) -> dict:
     cpu_times.append(time.process_time() - cpu_start)
 
   _, non_embedding = inspect.param_totals(shapes)
-  flops_per_token = inspect.flops_per_token(config.model, config.data.seq_len,
-                                            non_embedding)["total"]
+  flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len,
+                                               non_embedding)
   tokens = config.train.batch_size * config.data.seq_len
   step_s = statistics.median(times)
   flops = flops_per_token * tokens / step_s
