@@ -101,7 +101,7 @@ def test_unknown_names_fail_with_valid_choices(tmp_path):
   tokenizer = data.get_tokenizer(_config(tmp_path))
   cases = [
       (dict(name="no_such_data"), "lm", r"built-in datasets are \['algorithmic'.*tfds build"),
-      (dict(tokenizer="wordpiece"), "lm", r"valid: \['bytes', 'sentencepiece'\]"),
+      (dict(tokenizer="wordpiece"), "lm", r"valid: \['bytes', 'huggingface', 'sentencepiece'\]"),
       (dict(size="huge"), "lm", r"valid: \['tiny', 'small', 'medium', 'large'\]"),
       (dict(name="algorithmic", task="divide"), "seq2seq", r"valid: \['addition', 'copy'"),
       (dict(), "clm", r"valid: \['lm', 'mlm', 'seq2seq'\]"),
