@@ -5,8 +5,9 @@ r"""Decoder-only language model on the built-in grammar corpus (bytes), causal L
 Arguments after the colon: size (xs | s | m | l | xl, see configs/common.py), dataset (a
 built-in or prepared TFDS name). Anything else from the command line, e.g.
     --config.model.position.name=alibi --config.opt.lr=1e-3 --config.train.steps=5000
-`size=s` is the README's first run: about three minutes on a 2-core laptop CPU, ending with
-an eval loss far below the corpus' unigram entropy.
+The default (size=s, 600 steps of 16 x 128 tokens) is the README's first run: a few minutes on
+a 2-core CPU (6 min measured on a busy shared one), ending at eval loss ~1.03 nats/token against
+the corpus' unigram entropy of 2.95; size=xs gets to ~1.23 in under a minute.
 """
 
 from configs import common
