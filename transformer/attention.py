@@ -334,6 +334,15 @@ def dense_init(axes):
   return nn.with_logical_partitioning(nn.initializers.lecun_normal(), axes)
 
 
+def per_token(layer, x):
+  """Apply a projection to the tokens of x [B, L, ...] flattened into one axis.
+
+  Same parameters and result; on XLA:CPU a [B, L, D] operand makes the backward pass write
+  transposed copies of the activation gradients (measured: W1 step time -31%)."""
+  y = layer(x.reshape(-1, *x.shape[2:]))
+  return y.reshape(*x.shape[:2], *y.shape[1:])
+
+
 CACHE_MODES = ("", "prefill", "step")
 
 
@@ -366,19 +375,20 @@ class Attention(nn.Module):
     dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
     proj = functools.partial(nn.DenseGeneral, axis=-1, use_bias=cfg.use_bias, dtype=dtype,
                              param_dtype=pdtype)
-    q = proj((N, H), kernel_init=dense_init(("embed", "heads", "head_dim")),
-             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "head_dim")),
-             name="query")(x_BLD)
+    q = per_token(proj((N, H), kernel_init=dense_init(("embed", "heads", "head_dim")),
+                       bias_init=nn.with_logical_partitioning(nn.initializers.zeros,
+                                                              ("heads", "head_dim")),
+                       name="query"), x_BLD)
     q = terms.rotate(q, layout.q_pos_BL)
     if mode == "step" and kv_BSD is not None:
       k, v = self._cache_read()
     else:
       kv_in = x_BLD if kv_BSD is None else kv_BSD
       kv_bias = nn.with_logical_partitioning(nn.initializers.zeros, ("kv_heads", "head_dim"))
-      k = proj((K, H), kernel_init=dense_init(("embed", "kv_heads", "head_dim")),
-               bias_init=kv_bias, name="key")(kv_in)
-      v = proj((K, H), kernel_init=dense_init(("embed", "kv_heads", "head_dim")),
-               bias_init=kv_bias, name="value")(kv_in)
+      k = per_token(proj((K, H), kernel_init=dense_init(("embed", "kv_heads", "head_dim")),
+                         bias_init=kv_bias, name="key"), kv_in)
+      v = per_token(proj((K, H), kernel_init=dense_init(("embed", "kv_heads", "head_dim")),
+                         bias_init=kv_bias, name="value"), kv_in)
       # Each key is rotated once, by its own position; at a step that is the new token's,
       # since the layout's keys then describe the cache slots.
       k = terms.rotate(k, layout.q_pos_BL if mode == "step" else layout.k_pos_BS)
@@ -403,11 +413,11 @@ class Attention(nn.Module):
       out = dense(q, k, v, layout, terms, scale=scale, cfg=cfg)
     else:
       out = get_implementation(cfg.attention)(q, k, v, layout, terms, scale=scale, cfg=cfg)
-    return nn.DenseGeneral(
+    return per_token(nn.DenseGeneral(
         cfg.d_model, axis=(-2, -1), use_bias=cfg.use_bias, dtype=dtype, param_dtype=pdtype,
         kernel_init=dense_init(("heads", "head_dim", "embed")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-        name="out")(out)
+        name="out"), out)
 
   def _cache_read(self):
     self._require_cache()

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from transformer.attention import Attention, Layout, dense_init
+from transformer.attention import Attention, Layout, dense_init, per_token
 from transformer.positions import AttentionTerms
 
 
@@ -74,19 +74,18 @@ class FeedForward(nn.Module):
         nn.Dense, use_bias=cfg.use_bias, dtype=jnp.dtype(cfg.dtype),
         param_dtype=jnp.dtype(cfg.param_dtype))
     up_bias = nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",))
+    up = lambda name: per_token(dense(cfg.d_ff, kernel_init=dense_init(("embed", "mlp")),
+                                      bias_init=up_bias, name=name), x_BLD)
     if gated:
-      h_BLF = act(dense(cfg.d_ff, kernel_init=dense_init(("embed", "mlp")), bias_init=up_bias,
-                        name="wi_0")(x_BLD))
-      h_BLF = h_BLF * dense(cfg.d_ff, kernel_init=dense_init(("embed", "mlp")),
-                            bias_init=up_bias, name="wi_1")(x_BLD)
+      h_BLF = act(up("wi_0")) * up("wi_1")
     else:
-      h_BLF = act(dense(cfg.d_ff, kernel_init=dense_init(("embed", "mlp")), bias_init=up_bias,
-                        name="wi")(x_BLD))
+      h_BLF = act(up("wi"))
     h_BLF = nn.with_logical_constraint(h_BLF, ("batch", "length", "mlp"))
     h_BLF = nn.Dropout(cfg.dropout_rate)(h_BLF, deterministic=self.deterministic)
-    return dense(cfg.d_model, kernel_init=dense_init(("mlp", "embed")),
-                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-                 name="wo")(h_BLF)
+    return per_token(dense(cfg.d_model, kernel_init=dense_init(("mlp", "embed")),
+                           bias_init=nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                  ("embed",)),
+                           name="wo"), h_BLF)
 
 
 class Block(nn.Module):
