@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs.common import model_config, position_config
+from configs.common import model_config
 from transformer import attention
 from transformer.positions import AttentionTerms, alibi_slopes
 
@@ -155,7 +155,6 @@ def test_block_sparse_is_dense_under_the_block_local_pattern(name):
   weights = attention.masked_softmax(
       attention._scores(attention._group(q, k.shape[2]), k, layout, terms, H ** -0.5),
       attention.block_local_mask(layout, cfg.attention_chunk)[:, :, None])
-  K = k.shape[2]
   expected = jnp.einsum("bkgls,bskh->blkgh", weights, v).reshape(B, L, N, H)
   np.testing.assert_allclose(got, expected, atol=1e-5)
   if name in ("causal", "prefix"):  # one long document:: the pattern really drops far keys

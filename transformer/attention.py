@@ -156,7 +156,6 @@ def chunked(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
       q_pos_BL=pad(layout.q_pos_BL), k_seg_BS=pad(layout.k_seg_BS),
       k_idx_BS=pad(layout.k_idx_BS), k_pos_BS=pad(layout.k_pos_BS),
       k_prefix_BS=None if layout.k_prefix_BS is None else pad(layout.k_prefix_BS, False))
-  nq, nk = q.shape[1] // c, k.shape[1] // c
   blocks = lambda x: jnp.moveaxis(x.reshape(B, -1, c, *x.shape[2:]), 1, 0)
   kv_blocks = (blocks(k), blocks(v), blocks(lay.k_seg_BS), blocks(lay.k_idx_BS),
                blocks(lay.k_pos_BS),
@@ -192,7 +191,6 @@ def chunked(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
 
   q_blocks = (blocks(q), blocks(lay.q_seg_BL), blocks(lay.q_idx_BL), blocks(lay.q_pos_BL))
   out = jax.lax.map(one_query_block, q_blocks)  # [nq, B, c, N, H]
-  del nk, nq
   return jnp.moveaxis(out, 0, 1).reshape(B, -1, N, H)[:, :L]
 
 
@@ -274,7 +272,6 @@ def block_sparse(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
   Work and memory are O(L * c). Exact softmax over that pattern, so tests compare it with
   dense attention under the same pattern (`block_local_mask`)."""
   B, L, N, H = q_BLNH.shape
-  K = k_BSKH.shape[2]
   if k_BSKH.shape[1] != L:
     raise ValueError("block_sparse attention is for self-attention; use 'dense' or 'chunked'.")
   c = min(cfg.attention_chunk, L)

@@ -17,7 +17,6 @@ import math
 import sys
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import app, flags

@@ -32,7 +32,6 @@ import statistics
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 

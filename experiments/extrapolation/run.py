@@ -12,14 +12,13 @@ are applied to the trained RoPE model at evaluation only, with factor = eval len
 
 import json
 import os
-import platform
 import time
 
-import jax
 import ml_collections
 import numpy as np
 from absl import app, flags, logging
 
+from experiments import results as experiment_results
 from experiments.extrapolation import plots
 from transformer import checkpoint, data, train
 from transformer.data import objectives as data_objectives
@@ -175,15 +174,7 @@ def main(argv):
                                      "wall_time_s")} for s in schemes}
   results["eval_tokens"] = int(len(stream[0]))
   results["dataset"] = config.data.name
-  results["wall_time_s"] = time.time() - start
-  results["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, jax " \
-                       f"{jax.__version__} on {jax.default_backend()}"
-  results = json.loads(json.dumps(results))  # int keys -> str, as a reader will see them
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=1)
-  plots.write_all(results, workdir)
-  print(f"wrote {workdir}/results.json, results.md and plots in {time.time() - start:.0f}s")
-
+  experiment_results.write(results, workdir, start, plots.write_all)
 
 if __name__ == "__main__":
   app.run(main)

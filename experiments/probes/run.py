@@ -15,20 +15,17 @@ Language models are reused from an extrapolation run (experiment.lm_workdir) or 
 everything is resumable like the extrapolation experiment.
 """
 
-import json
 import os
-import platform
 import time
 
-import jax
 import ml_collections
 import numpy as np
 from absl import app, flags, logging
 
 from experiments.extrapolation.run import train_schemes
+from experiments import results as experiment_results
 from experiments.probes import heads, plots
 from transformer import checkpoint, data
-from transformer.data import objectives as data_objectives
 from transformer.scoring import Scorer
 
 FLAGS = flags.FLAGS  # --config / --workdir: transformer.train's flags
@@ -140,15 +137,7 @@ def main(argv):
   results["attention_maps"] = heads.maps_and_summary(
       cfg, params, tokenizer, exp.map_sentence, exp.map_layer, workdir, exp)
   results["attention_maps"]["scheme"] = scheme
-  results["wall_time_s"] = time.time() - start
-  results["machine"] = (f"{platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} "
-                        f"on {jax.default_backend()}")
-  results = json.loads(json.dumps(results))
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=1)
-  plots.write_all(results, workdir)
-  print(f"wrote {workdir}/results.json, results.md and plots in {time.time() - start:.0f}s")
-
+  experiment_results.write(results, workdir, start, plots.write_all)
 
 if __name__ == "__main__":
   app.run(main)
