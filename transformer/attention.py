@@ -103,14 +103,14 @@ def _scores(q_BLKGH, k_BSKH, layout, terms, scale):
 
 
 def masked_softmax(scores, mask):
-  """softmax over the last axis where mask is True; rows with no allowed key give zeros."""
-  row_max = jnp.max(jnp.where(mask, scores, -jnp.inf), axis=-1, keepdims=True)
-  row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
-  # exp only where allowed: a masked score far above the row max would overflow to inf,
-  # and where()'s zero cotangent times inf is a NaN gradient.
-  e = jnp.where(mask, jnp.exp(jnp.where(mask, scores - row_max, 0.0)), 0.0)
-  denom = jnp.sum(e, axis=-1, keepdims=True)
-  return e / jnp.where(denom == 0, 1.0, denom)
+  """softmax over the last axis where mask is True; rows with no allowed key give zeros.
+
+  Masked scores become a large finite negative rather than -inf: exp() of them is exactly 0,
+  nothing overflows in either pass (a masked score far above the row's maximum would,
+  and where()'s zero cotangent times inf is NaN), and jax.nn.softmax's own derivative
+  keeps only the output for the backward pass."""
+  weights = jax.nn.softmax(jnp.where(mask, scores, -1e30), axis=-1)
+  return jnp.where(jnp.any(mask, axis=-1, keepdims=True), weights, 0.0)
 
 
 def dense_weights(q_BLNH, k_BSKH, layout, terms, *, scale):
