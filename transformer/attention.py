@@ -93,8 +93,13 @@ def _group(q_BLNH, num_kv_heads):
 
 
 def _scores(q_BLKGH, k_BSKH, layout, terms, scale):
-  scores = jnp.einsum("blkgh,bskh->bkgls", q_BLKGH, k_BSKH,
-                      preferred_element_type=jnp.float32) * scale
+  B, L, K, G, H = q_BLKGH.shape
+  if G == 1:  # MHA: a 4-D contraction spares XLA:CPU the grouped layout's transposes
+    scores = jnp.einsum("blkh,bskh->bkls", q_BLKGH[:, :, :, 0], k_BSKH,
+                        preferred_element_type=jnp.float32)[:, :, None] * scale
+  else:
+    scores = jnp.einsum("blkgh,bskh->bkgls", q_BLKGH, k_BSKH,
+                        preferred_element_type=jnp.float32) * scale
   bias_BNLS = terms.bias(layout.q_pos_BL, layout.k_pos_BS)
   if bias_BNLS is not None:
     B, K, G, L, S = scores.shape
@@ -127,6 +132,8 @@ def dense(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
   B, L, N, H = q_BLNH.shape
   K = k_BSKH.shape[2]
   weights = dense_weights(q_BLNH, k_BSKH, layout, terms, scale=scale)
+  if K == N:
+    return jnp.einsum("bnls,bsnh->blnh", weights.astype(v_BSKH.dtype), v_BSKH)
   weights = weights.reshape(B, K, N // K, L, -1).astype(v_BSKH.dtype)
   out = jnp.einsum("bkgls,bskh->blkgh", weights, v_BSKH)
   return out.reshape(B, L, N, H)
