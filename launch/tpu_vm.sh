@@ -38,10 +38,15 @@ ssh_all() {
   run gcloud compute tpus tpu-vm ssh "$tpu" --zone "$zone" --worker=all --command "$1"
 }
 
-# The tree without .git and local run outputs; every worker gets an identical copy.
+# The project's files only (git's list when there is one: no virtualenv, checkpoints or run
+# outputs); every worker gets an identical copy.
 archive=$(mktemp -t sweep-repo.XXXXXX.tar.gz)
 trap 'rm -f "$archive"' EXIT
-tar -C "$repo" --exclude=.git --exclude=runs --exclude='*.pyc' -czf "$archive" .
+if git -C "$repo" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  (cd "$repo" && git ls-files -z | tar --null -T - -czf "$archive")
+else
+  tar -C "$repo" --exclude=.git --exclude=.venv --exclude=runs --exclude='*.pyc' -czf "$archive" .
+fi
 run gcloud compute tpus tpu-vm scp "$archive" "$tpu:/tmp/sweep-repo.tar.gz" --zone "$zone" --worker=all
 ssh_all "mkdir -p $remote_dir && tar -xzf /tmp/sweep-repo.tar.gz -C $remote_dir"
 if [[ ${SETUP:-0} == 1 ]]; then
