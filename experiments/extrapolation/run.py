@@ -12,6 +12,7 @@ are applied to the trained RoPE model at evaluation only, with factor = eval len
 
 import json
 import os
+import sys
 import time
 
 import ml_collections
@@ -54,6 +55,8 @@ def train_schemes(config, workdir: str, schemes) -> dict:
     if not os.path.exists(summary_path):
       print(f"== training {scheme} in {run_dir}", flush=True)
       train.train_and_evaluate(scheme_config(config, scheme), run_dir)
+      if not os.path.exists(summary_path):  # stopped by a signal; its checkpoint is saved
+        sys.exit(f"training {scheme} stopped before the end; re-run the same command to resume")
     with open(summary_path) as f:
       summaries[scheme] = json.load(f)
   return summaries
