@@ -3,6 +3,8 @@
 import json
 import os
 import platform
+import shlex
+import sys
 import time
 
 import jax
@@ -12,11 +14,42 @@ def write(results: dict, workdir: str, start: float, write_plots) -> dict:
   """Adds wall time and machine, writes workdir/results.json (keys as a JSON reader sees
   them: strings) and the experiment's plots and table; returns what was written."""
   results["wall_time_s"] = time.time() - start
-  results["machine"] = (f"{platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} "
-                        f"on {jax.default_backend()}")
+  results["machine"] = (f"{platform.machine()} ({cpu_model()}), {os.cpu_count()} cores, "
+                        f"jax {jax.__version__} on {jax.default_backend()}")
+  results["command"] = shlex.join(["python", "-m", _module_name()] + sys.argv[1:])
   results = json.loads(json.dumps(results))
   with open(os.path.join(workdir, "results.json"), "w") as f:
     json.dump(results, f, indent=1)
   write_plots(results, workdir)
   print(f"wrote {workdir}/results.json, results.md and plots in {time.time() - start:.0f}s")
   return results
+
+
+def footer(results: dict) -> str:
+  """Markdown lines that tie a table to how it was made."""
+  trained = sum(s.get("wall_time_s", 0) for s in results.get("train_summaries", {}).values())
+  lines = ["", f"Command: `{results.get('command', '?')}`  ",
+           f"Machine: {results.get('machine', '?')}  ",
+           f"Wall time of the run that wrote this: {results.get('wall_time_s', 0) / 60:.1f} min"
+           + (f"; training wall time in its models' summaries: {trained / 60:.1f} min (a run "
+              f"resumed after an interruption records only its last segment)" if trained else ""),
+           ""]
+  return "\n".join(lines)
+
+
+def _module_name() -> str:
+  main = sys.modules.get("__main__")
+  spec = getattr(main, "__spec__", None)
+  return spec.name if spec and spec.name else sys.argv[0]
+
+
+def cpu_model() -> str:
+  """The CPU's marketing name, for records of where a figure was measured."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown CPU"

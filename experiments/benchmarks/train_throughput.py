@@ -36,6 +36,7 @@ import numpy as np
 from absl import app, flags
 
 from configs import common
+from experiments import results as experiment_results
 from transformer import inspect, models, objectives, optim, throughput, train_state
 from transformer.train import make_train_step
 
@@ -119,7 +120,7 @@ def main(argv):
     if name not in WORKLOADS:
       raise app.UsageError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
   print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs "
-        f"({_cpu_model()}), {jax.devices()[0].device_kind} x{jax.device_count()}, "
+        f"({experiment_results.cpu_model()}), {jax.devices()[0].device_kind} x{jax.device_count()}, "
         f"jax {jax.__version__}; load average {os.getloadavg()[0]:.1f}")
   peak_before = throughput.measure_matmul_peak(_PEAK_N.value, repeats=5)
   results = [measure(name) for name in _WORKLOADS.value]
@@ -138,17 +139,6 @@ def main(argv):
           f"{r['flops_per_token']:,} (N={r['params_non_embedding']:,})")
   print(f"process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:.0f} MiB;"
         f" load average {os.getloadavg()[0]:.1f} at the end")
-
-
-def _cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return "unknown CPU"
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments import results as experiment_results  # noqa: E402
+
 
 def _series(table: dict, lengths):
   return [table.get(str(n)) for n in lengths]
@@ -86,3 +88,4 @@ def write_all(results: dict, workdir: str) -> None:
     f.write(f"# Length extrapolation (trained at {results['train_length']} tokens, "
             f"{results.get('dataset', '?')})\n\n")
     f.write(table(results))
+    f.write(experiment_results.footer(results))

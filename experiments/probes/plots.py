@@ -7,6 +7,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from experiments import results as experiment_results  # noqa: E402
+
 
 def agreement(results: dict, path: str) -> str:
   fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True, layout="constrained")
@@ -93,3 +95,4 @@ def write_all(results: dict, workdir: str) -> None:
   retrieval(results, os.path.join(workdir, "retrieval.png"))
   with open(os.path.join(workdir, "results.md"), "w") as f:
     f.write(summary(results))
+    f.write(experiment_results.footer(results))
