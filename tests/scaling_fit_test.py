@@ -135,6 +135,14 @@ def test_isoflop_recovers_exponent():
   assert got["a"] == pytest.approx(0.28 / 0.62, abs=0.01)
   assert got["b"] == pytest.approx(0.34 / 0.62, abs=0.01)
   assert all(curve["inside"] for curve in got["curves"])
+  # A budget sampled only on one side of its optimum: its parabola's minimum is an
+  # extrapolation, so it is kept as a curve but left out of the power laws.
+  shifted_n = [x * (16 if i >= 21 else 1) for i, x in enumerate(n)]
+  got = fit.fit_isoflop(c, shifted_n, loss[:21] + [
+      fit.predict_loss(HOFFMANN, x, 1e21 / (6 * x)) for x in shifted_n[21:]])
+  assert [k["inside"] for k in got["curves"]] == [True, True, True, False]
+  assert got["power_law_budgets"] == [k["C"] for k in got["curves"][:3]]
+  assert got["a"] == pytest.approx(0.28 / 0.62, abs=0.01)
   # Too few sizes for a parabola: that budget is skipped, with the reason.
   got = fit.fit_isoflop(c[:9], n[:9], loss[:9])
   assert len(got["curves"]) == 1 and "need 3" in got["skipped"][0]["reason"]
@@ -209,9 +217,22 @@ def test_fit_cli_on_a_sweep_directory(tmp_path):
   for png in ("isoflop.png", "optimal.png", "frontier.png", "contours.png"):
     assert os.path.getsize(os.path.join(workdir, png)) > 10_000, png
   with open(os.path.join(workdir, "results.md")) as f:
-    table = f.read().splitlines()
+    text = f.read()
+  table = text.split("\n\n")[0].splitlines()  # the runs table, then the fits
+  assert "## Fits" in text and "Approach 3" in text
   assert "model.d_model" in table[0] and "train.steps" in table[0]
   assert "opt.lr" not in table[0]  # the same in every run
   losses = [float(line.split("|")[-6]) for line in table[2:-1]]
   assert losses == sorted(losses)
   assert table[-1].startswith(f"| {runs[-1]['name']} |") and "not finished" in table[-1]
+
+
+def test_min_layers_leaves_shallow_runs_out_of_the_fits(tmp_path):
+  workdir = str(tmp_path / "sweep")
+  runs = _fake_sweep(workdir, HOFFMANN)[:-1]
+  shallow = [r["name"] for r in runs if r["overrides"]["model.num_layers"] < 2]
+  assert shallow and len(shallow) < len(runs)
+  result = fit.fit_sweep(workdir, grid="coarse", bootstrap=0, plots=False, min_layers=2)
+  assert result["excluded_runs"] == shallow
+  assert result["num_runs"] == len(runs) - len(shallow)
+  assert fit.fit_sweep(workdir, grid="coarse", bootstrap=0, plots=False)["excluded_runs"] == []

@@ -15,6 +15,8 @@ import itertools
 import json
 import math
 import os
+import shlex
+import sys
 
 # scipy's bundled OpenBLAS threads even the 10x10 algebra inside L-BFGS-B, and on a busy
 # 2-core machine its spinning threads made the fits 15-20x slower. This only takes effect when
@@ -195,7 +197,8 @@ def fit_isoflop(C, N, L, D=None) -> dict:
   budget is read off the curve's own log D vs log N line when D is given (so it honours
   whatever FLOPs convention set the budgets), else C / (6 N_opt).
   Returns `curves` (per budget: coefficients, N_opt, D_opt, L_opt) and the fits
-  N_opt = N_coef * C^a, D_opt = D_coef * C^b (when at least two budgets have a minimum).
+  N_opt = N_coef * C^a, D_opt = D_coef * C^b over the budgets whose minimum lies inside their
+  sampled sizes (when there are at least two).
   """
   C, N, L = _positive_arrays("fit_isoflop", C=C, N=N, L=L)
   D = None if D is None else _positive_arrays("fit_isoflop", C=C, D=D)[1]
@@ -220,10 +223,15 @@ def fit_isoflop(C, N, L, D=None) -> dict:
                        L_opt=float(np.polyval(coef, x_opt)), num_runs=int(sel.sum()),
                        inside=bool(x.min() <= x_opt <= x.max())))
   out = dict(curves=curves, skipped=skipped)
-  if len(curves) >= 2:
-    cs = [k["C"] for k in curves]
-    out["a"], out["N_coef"] = power_law(cs, [k["N_opt"] for k in curves])
-    out["b"], out["D_coef"] = power_law(cs, [k["D_opt"] for k in curves])
+  # A minimum outside the sampled sizes is an extrapolation of the parabola, not a
+  # measurement (Hoffmann et al. choose sizes so each budget's minimum is inside): the power
+  # laws use only the budgets whose minimum was bracketed.
+  inside = [k for k in curves if k["inside"]]
+  out["power_law_budgets"] = [k["C"] for k in inside]
+  if len(inside) >= 2:
+    cs = [k["C"] for k in inside]
+    out["a"], out["N_coef"] = power_law(cs, [k["N_opt"] for k in inside])
+    out["b"], out["D_coef"] = power_law(cs, [k["D_opt"] for k in inside])
   return out
 
 
@@ -283,6 +291,7 @@ def load_runs(workdir: str, params: str = "non_embedding") -> dict:
              D=np.array([x["tokens"] for x in s], np.float64),
              L=np.array([x["final_eval_loss"] for x in s], np.float64),
              C=np.array([x["flops"] for x in s], np.float64))
+  out["layers"] = np.array([_num_layers(workdir, r) for r in rows])
   out["budget"] = np.array([r["declared"].get("budget") or float(f"{c:.2g}")
                             for r, c in zip(rows, out["C"])], np.float64)
   out["curves"], out["curve_metric"] = [], "eval_loss"
@@ -302,6 +311,21 @@ def load_runs(workdir: str, params: str = "non_embedding") -> dict:
     evals.append((x["flops"], x["final_eval_loss"]))
     out["curves"].append(np.array(sorted(evals)))
   return out
+
+
+def _num_layers(workdir: str, row: dict) -> int:
+  path = os.path.join(workdir, row["name"], "config.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      return int(json.load(f)["model"]["num_layers"])
+  return int(row["declared"].get("overrides", {}).get("model.num_layers", 0))
+
+
+def select(runs: dict, keep) -> dict:
+  """The runs where `keep` is True (arrays and per-run lists alike)."""
+  return {k: (v[keep] if isinstance(v, np.ndarray) else
+              [x for x, ok in zip(v, keep) if ok] if isinstance(v, list) else v)
+          for k, v in runs.items()}
 
 
 def _json_safe(value):
@@ -326,11 +350,21 @@ def _try(fn, *args, **kwargs) -> dict:
 
 
 def fit_sweep(workdir: str, *, params: str = "non_embedding", grid: str = "hoffmann",
-              bootstrap: int = 200, seed: int = 0, plots: bool = True) -> dict:
-  """All fits of a sweep directory; writes fit.json, results.md and (with plots) the PNGs."""
+              bootstrap: int = 200, seed: int = 0, plots: bool = True,
+              min_layers: int = 1) -> dict:
+  """All fits of a sweep directory; writes fit.json, results.md and (with plots) the PNGs.
+
+  Runs with fewer than min_layers layers are left out of every fit (and drawn hollow): a
+  one-layer decoder cannot compose attention heads (no induction heads, Olsson et al. 2022)
+  and sits off the trend of deeper models of the same size.
+  """
   from launch import sweep
 
-  runs = load_runs(workdir, params)
+  all_runs = load_runs(workdir, params)
+  keep = (all_runs["layers"] >= min_layers) | (all_runs["layers"] == 0)  # 0: depth unknown
+  if not keep.any():
+    raise ValueError(f"every run of {workdir} has fewer than --min_layers={min_layers} layers")
+  runs = select(all_runs, keep)
   budgets = np.unique(runs["budget"])
   chin = _try(fit_chinchilla, runs["N"], runs["D"], runs["L"], grid=grid,
               bootstrap=bootstrap, seed=seed, budgets=budgets)
@@ -341,15 +375,63 @@ def fit_sweep(workdir: str, *, params: str = "non_embedding", grid: str = "hoffm
   frontier = _try(fit_frontier, curve_c, curve_l)
   frontier["metric"] = runs["curve_metric"]
   result = {k: chin[k] for k in LAW_KEYS + ("a", "b") if k in chin}
-  result.update(params=params, num_runs=len(runs["N"]), chinchilla=chin, isoflop=iso,
-                kaplan=kaplan, frontier=frontier)
+  excluded = [n for n, k in zip(all_runs["name"], keep) if not k]
+  result.update(params=params, num_runs=len(runs["N"]), min_layers=min_layers,
+                excluded_runs=excluded, chinchilla=chin, isoflop=iso, kaplan=kaplan,
+                frontier=frontier)
   with open(os.path.join(workdir, "fit.json"), "w") as f:
     json.dump(_json_safe(result), f, indent=2)
-  sweep.write_results(workdir)
+  with open(sweep.write_results(workdir), "a") as f:
+    f.write(fit_markdown(result, workdir))
   if plots:
     from experiments.scaling import plots as plotting
-    result["plots"] = plotting.plot_all(workdir, runs, result)
+    result["plots"] = plotting.plot_all(workdir, runs, result,
+                                        excluded=select(all_runs, ~keep))
   return result
+
+
+def fit_markdown(result: dict, workdir: str) -> str:
+  """The fits under the runs table of results.md, with how and where the sweep ran."""
+  from experiments import results as experiment_results
+  from launch import sweep
+
+  lines = ["", f"## Fits ({result['num_runs']} runs, {result['params']} parameters"
+           + (f"; left out: {', '.join(result['excluded_runs'])} (fewer than "
+              f"{result['min_layers']} layers)" if result["excluded_runs"] else "") + ")", ""]
+  chin, iso, kap = result["chinchilla"], result["isoflop"], result["kaplan"]
+  if "alpha" in chin:
+    ci = chin.get("ci", {})
+    cell = lambda k: f"{chin[k]:.4g}" + (f" [{ci[k][0]:.3g}, {ci[k][1]:.3g}]" if k in ci else "")
+    lines += ["Approach 3, L(N, D) = E + A/N^alpha + B/D^beta (Huber on log loss, L-BFGS from "
+              "a grid; bootstrap 95% intervals):", "",
+              "| E | A | B | alpha | beta | a = beta/(alpha+beta) | b |",
+              "| --- | --- | --- | --- | --- | --- | --- |",
+              "| " + " | ".join(cell(k) for k in ("E", "A", "B", "alpha", "beta", "a", "b")) + " |",
+              "", "| budget C | N_opt | D_opt | tokens per parameter |", "| --- | --- | --- | --- |"]
+    lines += [f"| {o['C']:.3g} | {o['N_opt']:.3g} | {o['D_opt']:.3g} | "
+              f"{o['tokens_per_param']:.0f} |" for o in chin.get("optimal", [])]
+  else:
+    lines.append(f"Approach 3: {chin.get('error', 'no fit')}")
+  lines.append("")
+  if "a" in iso:
+    lines.append(f"Approach 2 (IsoFLOP parabolas): N_opt ~ C^{iso['a']:.3f}, D_opt ~ "
+                 f"C^{iso['b']:.3f} over the budgets "
+                 f"{', '.join(f'{c:.3g}' for c in iso['power_law_budgets'])} whose minimum "
+                 f"lies inside the sampled sizes.")
+  else:
+    lines.append(f"Approach 2: {iso.get('error', 'fewer than two budgets bracket their minimum')}")
+  if "alpha_N" in kap:
+    lines.append(f"Kaplan L(N) = (N_c/N)^alpha_N on the best loss per size: alpha_N = "
+                 f"{kap['alpha_N']:.3f}.")
+  if "alpha_C" in result["frontier"]:
+    lines.append(f"Compute frontier L(C) = (C_c/C)^alpha_C: alpha_C = "
+                 f"{result['frontier']['alpha_C']:.3f}.")
+  wall = sum(r["summary"].get("wall_time_s", 0) for r in sweep.read_sweep(workdir) if r["summary"])
+  command = shlex.join(["python", "-m", "experiments.scaling.fit"] + sys.argv[1:])
+  lines += ["", f"Fit command: `{command}`  ",
+            f"Machine: {experiment_results.cpu_model()}, {os.cpu_count()} cores. Training wall "
+            f"time summed over the runs: {wall / 60:.0f} min.", ""]
+  return "\n".join(lines)
 
 
 def main(argv):
@@ -357,7 +439,7 @@ def main(argv):
   from absl import flags
   f = flags.FLAGS
   result = fit_sweep(f.workdir, params=f.params, grid=f.grid, bootstrap=f.bootstrap,
-                     seed=f.seed)
+                     seed=f.seed, min_layers=f.min_layers)
   for name in ("chinchilla", "isoflop", "kaplan", "frontier"):
     part = result[name]
     if "error" in part:
@@ -366,7 +448,10 @@ def main(argv):
     print("L(N, D) = {E:.3f} + {A:.4g}/N^{alpha:.3f} + {B:.4g}/D^{beta:.3f};  "
           "N_opt ~ C^{a:.3f}, D_opt ~ C^{b:.3f}".format(**result))
   if "a" in result["isoflop"]:
-    print("IsoFLOP: N_opt ~ C^{a:.3f}, D_opt ~ C^{b:.3f}".format(**result["isoflop"]))
+    print("IsoFLOP: N_opt ~ C^{a:.3f}, D_opt ~ C^{b:.3f}".format(**result["isoflop"])
+          + f" over budgets {result['isoflop']['power_law_budgets']} (minimum inside the sizes)")
+  if result["excluded_runs"]:
+    print(f"left out of the fits (< {f.min_layers} layers): {', '.join(result['excluded_runs'])}")
   print(f"wrote {os.path.join(f.workdir, 'fit.json')}, results.md and plots")
 
 
@@ -379,5 +464,7 @@ if __name__ == "__main__":
   flags.DEFINE_enum("grid", "hoffmann", sorted(INIT_GRIDS), "Approach-3 initialisation grid.")
   flags.DEFINE_integer("bootstrap", 200, "Bootstrap resamples for confidence intervals.")
   flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+  flags.DEFINE_integer("min_layers", 1, "Leave runs with fewer layers out of the fits "
+                       "(2 drops one-layer models, which sit off the trend).")
   flags.mark_flag_as_required("workdir")
   app.run(main)

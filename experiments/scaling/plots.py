@@ -72,10 +72,16 @@ def _save(fig, path):
   return path
 
 
-def plot_isoflop(path, runs, iso):
+def plot_isoflop(path, runs, iso, excluded=None):
   fig, ax = plt.subplots(figsize=(7, 4.8))
   budgets = np.unique(runs["budget"])
   colors = _budget_colors(budgets)
+  if excluded is not None and len(excluded["N"]):
+    for b in np.unique(excluded["budget"]):
+      sel = excluded["budget"] == b
+      ax.plot(excluded["N"][sel], excluded["L"][sel], "o", mfc="none",
+              mec=colors.get(b, "gray"), mew=1.2)
+    ax.plot([], [], "o", mfc="none", mec="gray", label="left out of the fits")
   curves = {c["C"]: c for c in iso.get("curves", [])}
   for b in budgets:
     sel = runs["budget"] == b
@@ -86,8 +92,10 @@ def plot_isoflop(path, runs, iso):
       c = curves[b]
       x = np.linspace(np.log10(runs["N"][sel].min()) - 0.1, np.log10(runs["N"][sel].max()) + 0.1)
       ax.plot(10 ** x, np.polyval(c["coef"], x), "-", color=colors[b], lw=1.2)
-      ax.plot(c["N_opt"], c["L_opt"], "*", color=colors[b], ms=14, mec="black", mew=0.6)
-  ax.plot([], [], "*", color="gray", ms=12, mec="black", mew=0.6, label="parabola minimum")
+      if c["inside"]:
+        ax.plot(c["N_opt"], c["L_opt"], "*", color=colors[b], ms=14, mec="black", mew=0.6)
+  ax.plot([], [], "*", color="gray", ms=12, mec="black", mew=0.6,
+          label="parabola minimum (inside the sizes)")
   ax.set(xscale="log", xlabel=_params_label(runs), ylabel=_LOSS, title="IsoFLOP curves")
   ax.grid(True, which="both", alpha=0.3)
   ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
@@ -104,8 +112,10 @@ def plot_optimal(path, iso, chin):
     c_line = np.geomspace(min(opt) / 3, max(opt) * 3)
   for ax, key, exp, coef, what in ((axes[0], "N_opt", "a", "N_coef", "parameters"),
                                    (axes[1], "D_opt", "b", "D_coef", "tokens")):
-    if len(cs):
-      ax.plot(cs, [c[key] for c in curves], "o", color="C0", label="IsoFLOP minima (approach 2)")
+    inside = [c for c in curves if c["inside"]]
+    if inside:
+      ax.plot([c["C"] for c in inside], [c[key] for c in inside], "o", color="C0",
+              label="IsoFLOP minima (approach 2)")
     if exp in iso:
       ax.plot(c_line, iso[coef] * c_line ** iso[exp], "-", color="C0",
               label=f"fit: {key} ∝ C^{iso[exp]:.3f}")
@@ -168,7 +178,10 @@ def plot_contours(path, runs, chin):
   norm = matplotlib.colors.LogNorm(runs["L"].min(), runs["L"].max())
   levels = np.geomspace(max(loss.min(), runs["L"].min() * 0.97), runs["L"].max() * 1.03, 12)
   cs = ax.contour(nn, dd, loss, levels=levels, cmap="viridis", norm=norm, linewidths=1.0)
-  ax.clabel(cs, fontsize=7, fmt="%.2f")
+  labels = ax.clabel(cs, fontsize=7, fmt="%.2f", inline=False,
+                     manual=_label_points(nn, dd, loss, cs.levels))
+  for label in labels:
+    label.set_bbox(dict(facecolor="white", edgecolor="none", pad=0.5, alpha=0.8))
   sc = ax.scatter(runs["N"], runs["D"], c=runs["L"], cmap="viridis", norm=norm,
                   edgecolors="black", linewidths=0.4, s=40, zorder=3)
   bar = fig.colorbar(sc, ax=ax)
@@ -186,12 +199,26 @@ def plot_contours(path, runs, chin):
   return _save(fig, path)
 
 
-def plot_all(workdir: str, runs: dict, result: dict) -> list[str]:
+def _label_points(nn, dd, loss, levels):
+  """One label per contour, where it crosses a column away from the plot's edges (the
+  automatic placement puts some on the border, where they are clipped)."""
+  points = []
+  rows = loss.shape[0]
+  for level in levels:
+    for j in (loss.shape[1] * 43 // 100, loss.shape[1] // 4, loss.shape[1] * 4 // 5):
+      i = int(np.argmin(np.abs(loss[:, j] - level)))
+      if rows // 15 < i < rows - rows // 15 and abs(loss[i, j] - level) < 0.02 * level:
+        points.append((nn[i, j], dd[i, j]))
+        break
+  return points
+
+
+def plot_all(workdir: str, runs: dict, result: dict, excluded: dict | None = None) -> list[str]:
   """Every figure the fits allow; a fit that failed only removes its own panels."""
   out = []
   chin, iso = result["chinchilla"], result["isoflop"]
   runs = dict(runs, params=result.get("params"))
-  out.append(plot_isoflop(os.path.join(workdir, "isoflop.png"), runs, iso))
+  out.append(plot_isoflop(os.path.join(workdir, "isoflop.png"), runs, iso, excluded))
   if "a" in iso or np.isfinite(chin.get("a", np.nan)):
     out.append(plot_optimal(os.path.join(workdir, "optimal.png"), iso, chin))
   out.append(plot_frontier(os.path.join(workdir, "frontier.png"), runs, result["kaplan"],
