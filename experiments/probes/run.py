@@ -114,6 +114,7 @@ def main(argv):
   kv_config.data.seq_len = exp.kv_seq_len
   kv_config.experiment.eval_multipliers = str(exp.kv_max_len // exp.kv_seq_len)
   kv_config.train.steps = exp.kv_steps
+  kv_config.opt.lr = exp.kv_lr
   kv_dir = os.path.join(workdir, "kv")
   kv_schemes = [s for s in str(exp.kv_schemes).split(",") if s]
   train_schemes(kv_config, kv_dir, kv_schemes)
