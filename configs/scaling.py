@@ -6,9 +6,9 @@ r"""Scaling study: the configs/lm.py decoder at many sizes and budgets, then the
 Arguments after the colon: design (see DESIGNS), dataset, tiny (a CI-sized 3-run sweep:
 seconds per run). Change the design from the command line like any key, e.g.
     --config.sweep.sizes=1e5,3e5,1e6 --config.sweep.budgets=1e13,1e14
-The default IsoFLOP design (7 sizes from 2e4 to 2e6 non-embedding parameters x 4 budgets: 27
-runs of 23 to 25,000 steps; pairs under sweep.min_steps are dropped) costs 1.0e14 FLOPs in all:
-one to two hours on a 2-core CPU.
+The default IsoFLOP design (8 sizes from 2e4 to 4e6 non-embedding parameters x 4 budgets: 29
+runs of 23 to 25,000 steps; pairs under sweep.min_steps are dropped) costs 1.1e14 FLOPs in all:
+about an hour on a 2-core CPU.
 Shapes, parameter counts and the FLOPs convention: experiments/scaling/shapes.py.
 """
 
@@ -18,8 +18,8 @@ from launch import sweep
 def _isoflop(s):
   # On grammar_corpus (seq_len 128) an exploratory sweep put the IsoFLOP minimum near 4e4
   # non-embedding parameters at 1e11 FLOPs and 3e4 at 1e12, so the sizes start below 5e4;
-  # the large end (2e6) shows the right-hand side of each IsoFLOP curve.
-  s.update(kind="scaling", sizes="2e4,5e4,1e5,2e5,5e5,1e6,2e6",
+  # the large end (2e6, 4e6) shows the right-hand side of each IsoFLOP curve.
+  s.update(kind="scaling", sizes="2e4,5e4,1e5,2e5,5e5,1e6,2e6,4e6",
            budgets="3e11,1e12,3e12,1e13")
 
 
