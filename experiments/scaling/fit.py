@@ -449,7 +449,8 @@ def main(argv):
           "N_opt ~ C^{a:.3f}, D_opt ~ C^{b:.3f}".format(**result))
   if "a" in result["isoflop"]:
     print("IsoFLOP: N_opt ~ C^{a:.3f}, D_opt ~ C^{b:.3f}".format(**result["isoflop"])
-          + f" over budgets {result['isoflop']['power_law_budgets']} (minimum inside the sizes)")
+          + " over budgets " + ", ".join(f"{c:.3g}" for c in result["isoflop"]["power_law_budgets"])
+          + " (minimum inside the sizes)")
   if result["excluded_runs"]:
     print(f"left out of the fits (< {f.min_layers} layers): {', '.join(result['excluded_runs'])}")
   print(f"wrote {os.path.join(f.workdir, 'fit.json')}, results.md and plots")
