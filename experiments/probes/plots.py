@@ -6,6 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 
 from experiments import results as experiment_results  # noqa: E402
 
@@ -87,6 +88,14 @@ def summary(results: dict) -> str:
     lines.append(f"| {h['layer']} | {h['head']} | {h['kind']} | {h['score']:.2f} |")
   if not maps["notable_heads"]:
     lines.append("| - | - | no head passed the thresholds | - |")
+  # The strongest head of each kind, notable or not, so a null result still says how close.
+  lines += ["", f"Strongest head of each kind over {len(maps['census']['previous_token'])} "
+            "layers (census over grammar items; thresholds 0.5, 0.5, 0.05):", "",
+            "| measure | layer | head | score |", "| --- | --- | --- | --- |"]
+  for name, census in maps["census"].items():
+    scores = np.asarray(census, np.float64)
+    li, h = np.unravel_index(np.argmax(scores), scores.shape)
+    lines.append(f"| {name} | {li} | {h} | {scores[li, h]:.2f} |")
   return "\n".join(lines) + "\n"
 
 
