@@ -11,7 +11,7 @@ for dataset in grammar_corpus python_stdlib; do
       --workdir "$R/extrapolation/results/$dataset"
   $PY -m launch.local --config "configs/scaling.py:dataset=$dataset" \
       --workdir "$R/scaling/results/$dataset" --parallel 2
-  $PY -m experiments.scaling.fit --workdir "$R/scaling/results/$dataset"
+  $PY -m experiments.scaling.fit --workdir "$R/scaling/results/$dataset" --min_layers 2
   if [ "$dataset" = grammar_corpus ]; then
     $PY -m experiments.probes.run --config configs/probes.py \
         --workdir "$R/probes/results/$dataset" \
