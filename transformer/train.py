@@ -23,8 +23,8 @@ import optax
 from jax.experimental import multihost_utils
 from ml_collections import config_flags
 
-from transformer import (checkpoint, data, inspect, models, objectives, optim, positions,
-                         sharding, throughput, train_state)
+from transformer import (checkpoint, data, host_memory, inspect, models, objectives, optim,
+                         positions, sharding, throughput, train_state)
 from transformer.data_shards import ShardedBatches
 from transformer.metrics_log import RunLog, Stopwatch
 
@@ -35,6 +35,9 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", "", "host:port of proc
                                    "for multi-process runs outside TPU pods and SLURM.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 0, "Processes in the job.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", -1, "This process's index in the job.")
+_RETAIN_HOST_MEMORY = flags.DEFINE_bool(
+    "retain_host_memory", True, "Reuse freed host memory instead of returning it to the "
+    "kernel: ~1.5x faster CPU steps, at up to ~2x peak RSS (transformer/host_memory.py).")
 
 
 def make_train_step(loss_fn, tx, schedule, accum_steps: int):
@@ -336,6 +339,8 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     # The progress lines are the console output; orbax and friends log every save at INFO.
     logging.set_verbosity(logging.WARNING)
+  if _RETAIN_HOST_MEMORY.value:
+    host_memory.retain_freed_memory()  # before JAX starts its threads
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   try:
     train_and_evaluate(_CONFIG.value, _WORKDIR.value)

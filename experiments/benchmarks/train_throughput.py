@@ -23,6 +23,9 @@ donation, exactly what the train command runs, on random byte tokens. Reported:
   compile     seconds to lower and compile the step.
   memory      XLA's buffer accounting of the compiled step (arguments + temporaries) and the
               process's peak resident set.
+  faults      minor page faults per timed step (median): memory the step got back from the
+              kernel. The train command, and this benchmark unless --noretain_host_memory,
+              keep freed memory in the process (transformer.host_memory), which makes it ~0.
 """
 
 import os
@@ -37,11 +40,13 @@ from absl import app, flags
 
 from configs import common
 from experiments import results as experiment_results
-from transformer import inspect, models, objectives, optim, throughput, train_state
+from transformer import host_memory, inspect, models, objectives, optim, throughput, train_state
 from transformer.train import make_train_step
 
 _WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per workload (median reported).")
+_RETAIN = flags.DEFINE_bool("retain_host_memory", True, "Keep freed host memory in the process "
+                             "(transformer.host_memory), as the train command does.")
 _PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matrix size of the jnp.dot peak measurement.")
 
 WORKLOADS = {
@@ -92,13 +97,15 @@ def measure(name: str) -> dict:
   memory = compiled.memory_analysis()
   state, metrics = compiled(state, batch)  # warm-up: first-touch allocations
   jax.block_until_ready(metrics)
-  times, cpu_times = [], []
+  times, cpu_times, faults = [], [], []
   for _ in range(_STEPS.value):
     start, cpu_start = time.perf_counter(), time.process_time()
+    faults_start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     state, metrics = compiled(state, batch)
     jax.block_until_ready(metrics)
     times.append(time.perf_counter() - start)
     cpu_times.append(time.process_time() - cpu_start)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_start)
 
   _, non_embedding = inspect.param_totals(shapes)
   flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len,
@@ -109,6 +116,7 @@ def measure(name: str) -> dict:
   xla_bytes = (memory.argument_size_in_bytes + memory.temp_size_in_bytes) if memory else 0
   return dict(workload=name, step_ms=step_s * 1e3, tokens_per_s=tokens / step_s,
               best_ms=min(times) * 1e3, cpu_ms=statistics.median(cpu_times) * 1e3,
+              faults=statistics.median(faults),
               gflops=flops / 1e9, compile_s=compile_s,
               xla_mib=xla_bytes / 2**20, params_non_embedding=non_embedding,
               flops_per_token=flops_per_token, loss=float(metrics["loss"]))
@@ -116,12 +124,14 @@ def measure(name: str) -> dict:
 
 def main(argv):
   del argv
+  retained = _RETAIN.value and host_memory.retain_freed_memory()
   for name in _WORKLOADS.value:
     if name not in WORKLOADS:
       raise app.UsageError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
   print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs "
         f"({experiment_results.cpu_model()}), {jax.devices()[0].device_kind} x{jax.device_count()}, "
-        f"jax {jax.__version__}; load average {os.getloadavg()[0]:.1f}")
+        f"jax {jax.__version__}; load average {os.getloadavg()[0]:.1f}; freed host memory "
+        f"{'retained' if retained else 'returned to the kernel'}")
   peak_before = throughput.measure_matmul_peak(_PEAK_N.value, repeats=5)
   results = [measure(name) for name in _WORKLOADS.value]
   peak_after = throughput.measure_matmul_peak(_PEAK_N.value, repeats=5)
@@ -131,11 +141,11 @@ def main(argv):
   print(f"fp32 jnp.dot peak ({_PEAK_N.value}^3, best of 5): {peak_before / 1e9:.1f} GFLOP/s "
         f"before, {peak_after / 1e9:.1f} after the workloads; ratios use {peak / 1e9:.1f}")
   print(f"{'':4} {'step ms':>8} {'best ms':>8} {'cpu ms':>7} {'tokens/s':>9} {'GFLOP/s':>8} "
-        f"{'of peak':>8} {'compile s':>9} {'XLA MiB':>8}  flops/token")
+        f"{'of peak':>8} {'compile s':>9} {'XLA MiB':>8} {'faults':>7}  flops/token")
   for r in results:
     print(f"{r['workload']:4} {r['step_ms']:8.1f} {r['best_ms']:8.1f} {r['cpu_ms']:7.0f} "
           f"{r['tokens_per_s']:9.0f} {r['gflops']:8.1f} {r['gflops'] * 1e9 / peak:8.1%} "
-          f"{r['compile_s']:9.1f} {r['xla_mib']:8.0f}  "
+          f"{r['compile_s']:9.1f} {r['xla_mib']:8.0f} {r['faults']:7.0f}  "
           f"{r['flops_per_token']:,} (N={r['params_non_embedding']:,})")
   print(f"process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:.0f} MiB;"
         f" load average {os.getloadavg()[0]:.1f} at the end")

@@ -1,0 +1,43 @@
+"""Retaining freed host memory: repeated XLA:CPU calls stop page-faulting, and only then."""
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Faults per call of a jitted function with a 64 MiB output: over glibc's largest mmap
+# threshold (32 MiB), so by default it is mapped and unmapped on every call.
+SCRIPT = """
+import resource, sys
+from transformer import host_memory
+if sys.argv[1] == "retain":
+  assert host_memory.retain_freed_memory()
+import jax, jax.numpy as jnp
+f = jax.jit(lambda a: jnp.tanh(a) * 2)
+a = jnp.ones((4096, 4096))
+for _ in range(20):
+  f(a).block_until_ready()
+start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+  f(a).block_until_ready()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 20)
+"""
+
+
+def faults_per_call(mode):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  out = subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env, check=True,
+                       capture_output=True, text=True).stdout
+  return float(out.split()[-1])
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc mallopt only")
+def test_retained_memory_is_reused_instead_of_faulted_back_in():
+  default, retained = faults_per_call("default"), faults_per_call("retain")
+  # 64 MiB is 16384 pages.
+  assert default > 10000, default
+  assert retained < default / 10, (default, retained)
