@@ -45,8 +45,6 @@ from transformer.train import make_train_step
 
 _WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per workload (median reported).")
-_RETAIN = flags.DEFINE_bool("retain_host_memory", True, "Keep freed host memory in the process "
-                             "(transformer.host_memory), as the train command does.")
 _PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matrix size of the jnp.dot peak measurement.")
 
 WORKLOADS = {
@@ -124,7 +122,8 @@ def measure(name: str) -> dict:
 
 def main(argv):
   del argv
-  retained = _RETAIN.value and host_memory.retain_freed_memory()
+  # --retain_host_memory is the train command's flag (imported with make_train_step).
+  retained = flags.FLAGS.retain_host_memory and host_memory.retain_freed_memory()
   for name in _WORKLOADS.value:
     if name not in WORKLOADS:
       raise app.UsageError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
