@@ -22,7 +22,7 @@ from orbax.checkpoint import checkpoint_managers
 
 # Model keys that choose *how* the same function is computed, not *what* it is: changing them
 # on resume is allowed (e.g. switch attention kernels or add remat to fit a bigger batch).
-RUNTIME_ONLY_MODEL_KEYS = ("attention", "attention_chunk", "remat")
+RUNTIME_ONLY_MODEL_KEYS = ("attention", "attention_chunk", "attention_query_block", "remat")
 
 
 def make_manager(workdir: str, keep: int = 3, keep_best: int = 1,

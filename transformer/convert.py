@@ -34,8 +34,8 @@ from transformer.hf_families import FAMILIES, family_of
 
 # Keys that choose how a model is computed or trained, not which function it is: free to
 # override on import, and ignored when checking that an export is exact.
-RUNTIME_KEYS = ("dtype", "param_dtype", "attention", "attention_chunk", "scan_layers", "remat",
-                "dropout_rate", "attention_dropout_rate")
+RUNTIME_KEYS = ("dtype", "param_dtype", "attention", "attention_chunk", "attention_query_block",
+                "scan_layers", "remat", "dropout_rate", "attention_dropout_rate")
 # The position keys each scheme (and each RoPE scaling) reads; the rest do not change the model.
 POSITION_KEYS = {"learned": (), "t5_bias": ("num_buckets", "max_distance"),
                  "rope": ("theta", "rotary_fraction", "scaling")}
