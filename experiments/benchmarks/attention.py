@@ -8,7 +8,8 @@ outputs: `compiled.memory_analysis()`), so it is exact and free of allocator noi
 the median of several runs after compilation, float32: the forward pass, or with --grad the
 forward and backward (gradients of q, k, v), as in training. A program that would need more
 than --max_gib is not run (it would not fit this machine). The last column is each
-implementation's time over the first's.
+implementation's time over the first's. Freed memory stays in the process, as in the train
+command (transformer.host_memory).
 """
 
 import statistics
@@ -20,7 +21,7 @@ import numpy as np
 from absl import app, flags
 
 from configs.common import model_config
-from transformer import attention
+from transformer import attention, host_memory
 from transformer.positions import AttentionTerms
 
 _LENGTHS = flags.DEFINE_list("lengths", ["1024", "2048", "4096", "8192", "16384"], "Lengths.")
@@ -70,6 +71,7 @@ def measure(impl: str, length: int):
 
 def main(argv):
   del argv
+  host_memory.retain_freed_memory()
   for impl in _IMPLS.value:
     attention.get_implementation(impl)  # an unknown name fails before any compute
   print(f"one causal attention layer, batch {_BATCH.value}, {_HEADS.value} heads x "
