@@ -331,6 +331,13 @@ def _non_finite(step: int, metrics: dict, manager) -> FloatingPointError:
       f"finite at step {step}; stopping ({where}). Lower opt.lr or raise opt.warmup_steps.")
 
 
+def configure_host() -> bool:
+  """Process-wide settings from this command's flags, for every program that trains through
+  it (the experiments too). Call before JAX's first computation starts its threads. True if
+  freed host memory is now retained."""
+  return _RETAIN_HOST_MEMORY.value and host_memory.retain_freed_memory()
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -339,8 +346,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     # The progress lines are the console output; orbax and friends log every save at INFO.
     logging.set_verbosity(logging.WARNING)
-  if _RETAIN_HOST_MEMORY.value:
-    host_memory.retain_freed_memory()  # before JAX starts its threads
+  configure_host()
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   try:
     train_and_evaluate(_CONFIG.value, _WORKDIR.value)

@@ -40,8 +40,7 @@ from absl import app, flags
 
 from configs import common
 from experiments import results as experiment_results
-from transformer import host_memory, inspect, models, objectives, optim, throughput, train_state
-from transformer.train import make_train_step
+from transformer import inspect, models, objectives, optim, throughput, train, train_state
 
 _WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per workload (median reported).")
@@ -84,7 +83,7 @@ def measure(name: str) -> dict:
   tx = optim.make_optimizer(config.opt, config.train.steps,
                             optim.weight_decay_mask(names, shapes))
   state = jax.jit(train_state.make_init(model, config, tx))(0)
-  step_fn = jax.jit(make_train_step(objectives.make_loss_fn(config.objective, model), tx,
+  step_fn = jax.jit(train.make_train_step(objectives.make_loss_fn(config.objective, model), tx,
                                     optim.make_schedule(config.opt, config.train.steps), 1),
                     donate_argnums=0)
   batch = jax.device_put(random_batch(config))
@@ -122,8 +121,7 @@ def measure(name: str) -> dict:
 
 def main(argv):
   del argv
-  # --retain_host_memory is the train command's flag (imported with make_train_step).
-  retained = flags.FLAGS.retain_host_memory and host_memory.retain_freed_memory()
+  retained = train.configure_host()  # --retain_host_memory, as the train command applies it
   for name in _WORKLOADS.value:
     if name not in WORKLOADS:
       raise app.UsageError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")

@@ -146,6 +146,7 @@ def main(argv):
   config, workdir = FLAGS.config, FLAGS.workdir
   if config is None or not workdir:
     raise app.UsageError("--config and --workdir are required")
+  train.configure_host()
   logging.set_verbosity(logging.ERROR)  # checkpoint libraries log every save at INFO
   os.makedirs(workdir, exist_ok=True)
   start = time.time()

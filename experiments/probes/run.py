@@ -25,7 +25,7 @@ from absl import app, flags, logging
 from experiments.extrapolation.run import train_schemes
 from experiments import results as experiment_results
 from experiments.probes import heads, plots
-from transformer import checkpoint, data
+from transformer import checkpoint, data, train
 from transformer.scoring import Scorer
 
 FLAGS = flags.FLAGS  # --config / --workdir: transformer.train's flags
@@ -98,6 +98,7 @@ def main(argv):
   config, workdir = FLAGS.config, FLAGS.workdir
   if config is None or not workdir:
     raise app.UsageError("--config and --workdir are required")
+  train.configure_host()
   logging.set_verbosity(logging.ERROR)
   start = time.time()
   exp = config.experiment
