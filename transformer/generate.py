@@ -82,6 +82,10 @@ def main(argv):
   f = flags.FLAGS
   if not f.workdir or f.prompt is None:
     raise app.UsageError("--workdir and --prompt are required")
+  if not f["verbosity"].present:
+    # The continuation is the output; orbax logs every restore at INFO and warns about the
+    # read-only manager it is asked for (--verbosity=0 shows all of it).
+    logging.set_verbosity(logging.ERROR)
   try:
     text = continuation(f.workdir, f.prompt, max_new_tokens=f.max_new_tokens,
                         temperature=f.temperature, top_k=f.top_k, top_p=f.top_p,
