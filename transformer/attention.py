@@ -37,8 +37,9 @@ class Layout:
   k_prefix_BS: jax.Array | None = None  # prefix-LM: keys every query of the segment may see
   causal: bool = struct.field(pytree_node=False, default=False)
   window: int = struct.field(pytree_node=False, default=0)
-  # Known at trace time when q_idx[:, i] = i + d and k_idx[:, j] = j (make_layout, and its
-  # slices): d. Lets blockwise code skip keys no query of a block can see; None: unknown.
+  # d = (q_idx[:, i] - i) - (k_idx[:, j] - j) for every row, i and j, where that is known at
+  # trace time (make_layout and its slices): lets blockwise code skip keys no query of a
+  # block can see. None: unknown (any code that builds other index arrays must say so).
   index_offset: int | None = struct.field(pytree_node=False, default=None)
 
   def mask(self) -> jax.Array:
