@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import struct
 
+from transformer import projection
 from transformer.positions import AttentionTerms
 
 
@@ -489,7 +490,7 @@ class Attention(nn.Module):
     K = cfg.num_kv_heads or N
     dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
     proj = functools.partial(nn.DenseGeneral, axis=-1, use_bias=cfg.use_bias, dtype=dtype,
-                             param_dtype=pdtype)
+                             param_dtype=pdtype, dot_general=projection.dot_general)
     q = per_token(proj((N, H), kernel_init=dense_init(("embed", "heads", "head_dim")),
                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros,
                                                               ("heads", "head_dim")),
@@ -530,6 +531,7 @@ class Attention(nn.Module):
       out = get_implementation(cfg.attention)(q, k, v, layout, terms, scale=scale, cfg=cfg)
     return per_token(nn.DenseGeneral(
         cfg.d_model, axis=(-2, -1), use_bias=cfg.use_bias, dtype=dtype, param_dtype=pdtype,
+        dot_general=projection.dot_general,
         kernel_init=dense_init(("heads", "head_dim", "embed")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
         name="out"), out)

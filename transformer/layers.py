@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from transformer import projection
 from transformer.attention import Attention, Layout, dense_init, per_token
 from transformer.positions import AttentionTerms
 
@@ -72,7 +73,7 @@ class FeedForward(nn.Module):
     act, gated = FFNS[cfg.ffn]
     dense = functools.partial(
         nn.Dense, use_bias=cfg.use_bias, dtype=jnp.dtype(cfg.dtype),
-        param_dtype=jnp.dtype(cfg.param_dtype))
+        param_dtype=jnp.dtype(cfg.param_dtype), dot_general=projection.dot_general)
     up_bias = nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",))
     up = lambda name: per_token(dense(cfg.d_ff, kernel_init=dense_init(("embed", "mlp")),
                                       bias_init=up_bias, name=name), x_BLD)

@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from transformer.attention import IMPLEMENTATIONS, make_layout
+from transformer import projection
+from transformer.attention import IMPLEMENTATIONS, make_layout, per_token
 from transformer.layers import FFNS, NORMS, REMAT_POLICIES, Norm, Stack
 from transformer.positions import SCHEMES, make_scheme
 
@@ -54,7 +55,11 @@ class Embedder(nn.Module):
     return x_BLD
 
   def attend(self, x_BLD):
-    return jnp.einsum("bld,vd->blv", x_BLD, self.embedding.astype(x_BLD.dtype))
+    B, L, D = x_BLD.shape
+    logits_TV = projection.dot_general(x_BLD.reshape(B * L, D),
+                                       self.embedding.astype(x_BLD.dtype),
+                                       (((1,), (1,)), ((), ())))
+    return logits_TV.reshape(B, L, -1)
 
 
 class Head(nn.Module):
@@ -66,24 +71,25 @@ class Head(nn.Module):
   def __call__(self, x_BLD, embedder: Embedder):
     cfg = self.cfg
     if cfg.mlm_transform:  # BERT's MLM head: dense, activation, norm before the projection
-      x_BLD = nn.Dense(cfg.d_model, dtype=jnp.dtype(cfg.dtype),
-                       param_dtype=jnp.dtype(cfg.param_dtype),
-                       kernel_init=nn.with_logical_partitioning(
-                           nn.initializers.lecun_normal(), ("embed", "embed_out")),
-                       bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-                       name="transform")(x_BLD)
+      x_BLD = per_token(nn.Dense(
+          cfg.d_model, dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype),
+          dot_general=projection.dot_general,
+          kernel_init=nn.with_logical_partitioning(
+              nn.initializers.lecun_normal(), ("embed", "embed_out")),
+          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+          name="transform"), x_BLD)
       x_BLD = Norm(cfg, name="transform_norm")(FFNS[cfg.ffn][0](x_BLD))
     if cfg.tie_embeddings:
       if cfg.scale_tied_logits:
         x_BLD = x_BLD * cfg.d_model ** -0.5
       logits = embedder.attend(x_BLD)
     else:
-      logits = nn.DenseGeneral(
+      logits = per_token(nn.DenseGeneral(
           cfg.vocab_size, use_bias=False, dtype=jnp.dtype(cfg.dtype),
-          param_dtype=jnp.dtype(cfg.param_dtype),
+          param_dtype=jnp.dtype(cfg.param_dtype), dot_general=projection.dot_general,
           kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
                                                    ("embed", "vocab")),
-          name="logits")(x_BLD)
+          name="logits"), x_BLD)
     if cfg.head_bias:
       logits = logits + self.param(
           "bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
