@@ -56,6 +56,40 @@ def test_batch_size_must_divide_over_the_data_parallel_devices():
     sharding.check_batch_size(12, mesh)
 
 
+@pytest.mark.parametrize("shape,batch,accum,cores,processes,want", [
+    ((-1, 1, 1), 16, 1, 2, 1, 2),   # one device per core
+    ((-1, 1, 1), 3, 1, 2, 1, 1),    # an odd batch cannot be split in two
+    ((-1, 1, 1), 6, 1, 4, 1, 3),    # the most that divide: 3 of 4 cores
+    ((-1, 1, 1), 6, 2, 4, 1, 3),    # micro-batches of 3 rows, one per device
+    ((1, 1, 1), 16, 1, 8, 1, 1),    # a fixed one-device mesh stays one device
+    ((2, -1, 1), 16, 1, 3, 1, 2),   # 3 devices do not fill a (2, x) mesh
+    ((-1, 1, 1), 4, 1, 2, 2, 2),    # 2 hosts x 2 devices, 4 rows: one each
+    ((-1, 1, 1), 2, 1, 2, 2, 1),
+])
+def test_cpu_device_count(shape, batch, accum, cores, processes, want):
+  assert sharding.cpu_device_count(shape, batch, accum, cores, processes) == want
+
+
+def test_cpu_device_count_is_the_largest_that_fits():
+  rng = np.random.default_rng(0)
+  for _ in range(200):
+    shape = [int(rng.choice([-1, 1, 2])) for _ in range(3)]
+    if shape.count(-1) > 1:
+      shape[shape.index(-1)] = 1
+    batch, accum, cores = (int(x) for x in rng.integers(1, 13, size=3))
+    n = sharding.cpu_device_count(shape, batch, accum, cores)
+
+    def fits(count):
+      try:
+        data, fsdp, _ = sharding.mesh_shape(shape, count)
+      except ValueError:
+        return False
+      return batch % (data * fsdp * accum) == 0
+    assert 1 <= n <= max(cores, 1)
+    assert n == 1 or fits(n)
+    assert not any(fits(m) for m in range(n + 1, cores + 1))
+
+
 def test_meshes_on_eight_devices_match_one_device(tmp_path, tmp_path_factory):
   env = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
   data_dir = str(tmp_path / "tfds")

@@ -4,6 +4,7 @@ stop itself at chosen moments (a signal at step k, SIGKILL halfway through a sav
     python tests/tiny_run.py --workdir W --data_dir D [--set train.steps=6 ...]
         [--signal_at_step 3:SIGTERM] [--kill_during_save_of_step 4]
         [--coordinator_address localhost:1234 --num_processes 2 --process_id 0]
+        [--cpu_devices N]   (the train command's flag, through train.configure_host)
 
 Prints one JSON line {"losses": [...], "summary": {...}} on success.
 """
@@ -76,7 +77,16 @@ def main():
   parser.add_argument("--coordinator_address", default="")
   parser.add_argument("--num_processes", type=int, default=0)
   parser.add_argument("--process_id", type=int, default=-1)
+  parser.add_argument("--cpu_devices", type=int, default=None)
   args = parser.parse_args()
+  overrides = dict(item.split("=", 1) for item in args.set)
+  config = tiny_config(args.data_dir, args.family, **overrides)
+
+  if args.cpu_devices is not None:
+    from absl import flags
+    from transformer import train
+    flags.FLAGS([sys.argv[0], f"--cpu_devices={args.cpu_devices}", "--noretain_host_memory"])
+    train.configure_host([config])
 
   from transformer import sharding
   sharding.initialize_distributed(args.coordinator_address, args.num_processes,
@@ -108,10 +118,10 @@ def main():
       return await original_finalize(self)
     atomicity.AtomicRenameTemporaryPath.finalize = finalize_or_die
 
-  overrides = dict(item.split("=", 1) for item in args.set)
-  config = tiny_config(args.data_dir, args.family, **overrides)
   summary = train.train_and_evaluate(config, args.workdir)
-  out = {"summary": {k: v for k, v in summary.items() if k != "config"}}
+  import jax
+  out = {"summary": {k: v for k, v in summary.items() if k != "config"},
+         "devices": jax.device_count()}
   if os.path.exists(os.path.join(args.workdir, "metrics.jsonl")):
     out["losses"] = losses(args.workdir)
   print(json.dumps(out))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tiny_run
-from transformer import checkpoint, tensorboard_events, train
+from transformer import checkpoint, sharding, tensorboard_events, train
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -116,6 +116,20 @@ def test_sigkill_during_a_save_restarts_from_the_last_complete_checkpoint(
   assert resumed["losses"] == reference["losses"]
   for a, b in zip(params_of(tmp_path), params_of(reference_dir)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_cpu_split_into_per_core_devices_trains_the_same_model(tmp_path, data_dir,
+                                                               uninterrupted):
+  _, reference = uninterrupted
+  split = run(tmp_path, data_dir, "--cpu_devices", "0",
+              sets=["train.steps=6", "train.checkpoint_every=2"])
+  cores = len(os.sched_getaffinity(0))
+  assert split["devices"] == sharding.cpu_device_count((-1, 1, 1), 8, 1, cores)
+  assert reference["devices"] == 1
+  # Data-parallel devices sum the gradient in a different order: equal to rounding.
+  steps = sorted(reference["losses"])
+  np.testing.assert_allclose([split["losses"][s] for s in steps],
+                             [reference["losses"][s] for s in steps], rtol=1e-5)
 
 
 def test_incompatible_checkpoint_is_refused_and_nothing_is_overwritten(tmp_path, data_dir):

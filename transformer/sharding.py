@@ -79,6 +79,25 @@ def mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
   return shape
 
 
+def cpu_device_count(shape: Sequence[int], batch_size: int, grad_accum_steps: int,
+                     cores: int, processes: int = 1) -> int:
+  """How many XLA:CPU devices to split a host's `cores` into: one per core, or the most that
+  `shape` and the batch (split over data x fsdp, then into micro-batches) divide evenly
+  when each of `processes` hosts does the same.
+
+  XLA:CPU runs many of a Transformer's ops (attention's per-head products, softmaxes, norms)
+  on one thread each; data parallelism over per-core devices gives every core its own
+  stream of them (README "Training throughput")."""
+  for n in range(cores, 1, -1):
+    try:
+      data, fsdp, _ = mesh_shape(shape, n * processes)
+    except ValueError:
+      continue
+    if batch_size % (data * fsdp * grad_accum_steps) == 0:
+      return n
+  return 1
+
+
 def make_mesh(shape: Sequence[int]) -> jax.sharding.Mesh:
   shape = mesh_shape(shape, jax.device_count())
   # Auto axes: shardings are hints that XLA propagates, which is what the logical-axis

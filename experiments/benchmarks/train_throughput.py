@@ -8,7 +8,10 @@ W2: vocab 256, d_model 512, 8 layers, 8 heads, d_ff 2048 (GELU), learned positio
     context 512, batch 8, AdamW.
 
 The step is `transformer.train.make_train_step` (model, loss, AdamW update) jitted with
-donation, exactly what the train command runs, on random byte tokens. Reported:
+donation and sharded over the mesh, exactly what the train command runs, on random byte
+tokens. The CPU is split into one XLA device per core, data-parallel (the train command's
+--cpu_devices=0; --cpu_devices=1 measures its default, one device using every core).
+Reported:
   step time   median of --steps timed steps after compilation and one warm-up step (also
               the best step, and the process CPU time per step: on a shared machine the
               wall time includes waiting for other processes, the CPU time does not)
@@ -21,8 +24,8 @@ donation, exactly what the train command runs, on random byte tokens. Reported:
               five 2048^3 matmuls, before and after the workloads; the larger reading), so
               both sides see the same machine and thread count.
   compile     seconds to lower and compile the step.
-  memory      XLA's buffer accounting of the compiled step (arguments + temporaries) and the
-              process's peak resident set.
+  memory      XLA's buffer accounting of the compiled step (arguments + temporaries, summed
+              over the devices) and the process's peak resident set.
   faults      minor page faults per timed step (median): memory the step got back from the
               kernel. The train command, and this benchmark unless --noretain_host_memory,
               keep freed memory in the process (transformer.host_memory), which makes it ~0.
@@ -40,8 +43,12 @@ from absl import app, flags
 
 from configs import common
 from experiments import results as experiment_results
-from transformer import inspect, models, objectives, optim, throughput, train, train_state
+from transformer import (inspect, models, objectives, optim, sharding, throughput, train,
+                         train_state)
 
+# One XLA:CPU device per core, data-parallel (the train command's --cpu_devices=0); pass
+# --cpu_devices=1 for the train command's default, one device using every core.
+flags.FLAGS.set_default("cpu_devices", 0)
 _WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per workload (median reported).")
 _PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matrix size of the jnp.dot peak measurement.")
@@ -82,11 +89,18 @@ def measure(name: str) -> dict:
   names, shapes = train_state.abstract_params(model, config)
   tx = optim.make_optimizer(config.opt, config.train.steps,
                             optim.weight_decay_mask(names, shapes))
-  state = jax.jit(train_state.make_init(model, config, tx))(0)
-  step_fn = jax.jit(train.make_train_step(objectives.make_loss_fn(config.objective, model), tx,
-                                    optim.make_schedule(config.opt, config.train.steps), 1),
-                    donate_argnums=0)
-  batch = jax.device_put(random_batch(config))
+  # Sharded over the mesh exactly as train_and_evaluate does (on CPU: one device per core).
+  mesh = sharding.make_mesh(config.mesh.shape)
+  init = train_state.make_init(model, config, tx)
+  _, state_shardings = train_state.shardings(init, names, shapes, mesh)
+  with sharding.activate(mesh):
+    state = jax.jit(init, out_shardings=state_shardings)(0)
+    step_fn = jax.jit(
+        train.make_train_step(objectives.make_loss_fn(config.objective, model), tx,
+                              optim.make_schedule(config.opt, config.train.steps), 1),
+        in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
+        out_shardings=(state_shardings, None), donate_argnums=0)
+  batch = sharding.global_batch(random_batch(config), mesh)
 
   start = time.perf_counter()
   compiled = step_fn.lower(state, batch).compile()
@@ -110,7 +124,9 @@ def measure(name: str) -> dict:
   tokens = config.train.batch_size * config.data.seq_len
   step_s = statistics.median(times)
   flops = flops_per_token * tokens / step_s
-  xla_bytes = (memory.argument_size_in_bytes + memory.temp_size_in_bytes) if memory else 0
+  # The compiled program is one device's; every local device runs a copy.
+  xla_bytes = ((memory.argument_size_in_bytes + memory.temp_size_in_bytes)
+               * jax.local_device_count() if memory else 0)
   return dict(workload=name, step_ms=step_s * 1e3, tokens_per_s=tokens / step_s,
               best_ms=min(times) * 1e3, cpu_ms=statistics.median(cpu_times) * 1e3,
               faults=statistics.median(faults),
@@ -121,10 +137,11 @@ def measure(name: str) -> dict:
 
 def main(argv):
   del argv
-  retained = train.configure_host()  # --retain_host_memory, as the train command applies it
   for name in _WORKLOADS.value:
     if name not in WORKLOADS:
       raise app.UsageError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
+  # --retain_host_memory and --cpu_devices, as the train command applies them.
+  retained = train.configure_host([experiment(name) for name in _WORKLOADS.value])
   print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs "
         f"({experiment_results.cpu_model()}), {jax.devices()[0].device_kind} x{jax.device_count()}, "
         f"jax {jax.__version__}; load average {os.getloadavg()[0]:.1f}; freed host memory "
