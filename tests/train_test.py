@@ -206,3 +206,7 @@ def test_command_line_is_locked_and_errors_are_one_line(tmp_path):
   assert bad.returncode == 1
   assert bad.stderr.strip().splitlines()[-1].startswith("error: unknown tokenizer 'nope'")
 
+  devices = subprocess.run(base + ["--cpu_devices=-1"], capture_output=True, text=True,
+                           cwd=ROOT, timeout=300, env=ENV)
+  assert devices.returncode != 0
+  assert devices.stderr.strip().splitlines()[-1].endswith("use 0 (one per core) or a count")

@@ -344,6 +344,8 @@ def configure_host(configs: Sequence[ml_collections.ConfigDict] = ()) -> bool:
 
   `configs`: the runs this process will train, which `--cpu_devices=0` fits the device
   count to (with none, one device). True if freed host memory is now retained."""
+  if _CPU_DEVICES.value < 0:
+    raise ValueError(f"--cpu_devices={_CPU_DEVICES.value}: use 0 (one per core) or a count")
   if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     count = _CPU_DEVICES.value or min(
@@ -362,7 +364,10 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     # The progress lines are the console output; orbax and friends log every save at INFO.
     logging.set_verbosity(logging.WARNING)
-  configure_host([_CONFIG.value])
+  try:
+    configure_host([_CONFIG.value])
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   try:
     train_and_evaluate(_CONFIG.value, _WORKDIR.value)
