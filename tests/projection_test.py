@@ -26,9 +26,11 @@ CASES = {
 
 
 def _loss(dot, dn):
-  # A nonlinear loss, so the cotangent dy is not a constant.
-  return lambda x, w: jnp.sum(jnp.sin(dot(x, w, dn)) * jnp.arange(dot(x, w, dn).size)
-                              .reshape(dot(x, w, dn).shape))
+  def loss(x, w):
+    y = dot(x, w, dn)
+    # A nonlinear, position-dependent loss, so the cotangent dy is not a constant.
+    return jnp.sum(jnp.sin(y) * jnp.arange(y.size).reshape(y.shape))
+  return loss
 
 
 @pytest.mark.parametrize("name", CASES)
