@@ -50,11 +50,21 @@ class Norm(nn.Module):
     return make_norm(self.cfg, "norm")(x.astype(jnp.float32)).astype(jnp.dtype(self.cfg.dtype))
 
 
+def gelu(x):
+  """Exact GELU in its erf form, x/2 (1 + erf(x / sqrt 2)), as PyTorch computes it.
+
+  jax.nn.gelu(approximate=False) uses erfc, which keeps relative accuracy where GELU
+  underflows (x < -5) but which XLA:CPU evaluates at about 3x erf's cost (3.8 vs 1.4 ms
+  forward on 2048 x 2048 fp32, one core; W2 trains 4% faster with erf). The two differ by
+  at most ~1e-6 in absolute value."""
+  return 0.5 * x * (1 + jax.lax.erf(x * 0.7071067811865476))
+
+
 # name -> (activation, gated). Gated variants (Shazeer 2020) multiply act(x W0) by x W1.
 # geglu uses the tanh approximation of GELU, as T5 v1.1's "gated-gelu" does.
 FFNS = {
     "relu": (jax.nn.relu, False),
-    "gelu": (functools.partial(jax.nn.gelu, approximate=False), False),
+    "gelu": (gelu, False),
     "gelu_tanh": (functools.partial(jax.nn.gelu, approximate=True), False),
     "swiglu": (jax.nn.silu, True),
     "geglu": (functools.partial(jax.nn.gelu, approximate=True), True),
