@@ -230,84 +230,122 @@ def chunked(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
   return jnp.moveaxis(out, 0, 1).reshape(B, -1, N, H)[:, :L]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _block_attention(q_BKMH, k_BKSH, v_BKSH, bias_BKMS, mask_B1MS, scale):
-  """Attention of M = G * c queries (a block of c queries of each of the G heads sharing a
-  key/value head) to S keys; the group folded into rows keeps every product a plain batched
-  matmul, which XLA:CPU runs fastest."""
-  return _block_attention_fwd(q_BKMH, k_BKSH, v_BKSH, bias_BKMS, mask_B1MS, scale)[0]
-
-
-def _block_attention_fwd(q_BKMH, k_BKSH, v_BKSH, bias_BKMS, mask_B1MS, scale):
-  scores = jnp.einsum("bkmh,bksh->bkms", q_BKMH, k_BKSH,
-                      preferred_element_type=jnp.float32) * scale
-  if bias_BKMS is not None:
-    scores = scores + bias_BKMS
-  p_BKMS = masked_softmax(scores, mask_B1MS)
-  out = jnp.einsum("bkms,bksh->bkmh", p_BKMS.astype(v_BKSH.dtype), v_BKSH)
-  return out, (q_BKMH, k_BKSH, v_BKSH, p_BKMS, out, bias_BKMS is not None)
-
-
-def _block_attention_bwd(scale, saved, dout_BKMH):
-  """The softmax backward in one pass (FlashAttention's form): d scores = p * (dp - delta)
-  with delta = rowsum(dout * out), instead of autodiff's chain through where/max/exp/sum."""
-  q, k, v, p, out, has_bias = saved
-  f32 = jnp.float32
-  # dv = p^T dout and dk = ds^T q contract over the rows of p and ds. XLA:CPU hands such a
-  # product to a slow generic kernel (measured ~70 GFLOP/s against ~200 for its YNNPACK
-  # products), so the small operand is transposed instead, and the result back; the barrier
-  # stops XLA from folding the transposes into the product again.
-  barrier = jax.lax.optimization_barrier
-  doutT_BKHM, qT_BKHM = barrier((jnp.swapaxes(dout_BKMH, 2, 3), jnp.swapaxes(q, 2, 3)))
-  dvT_BKHS = barrier(jnp.einsum("bkhm,bkms->bkhs", doutT_BKHM, p.astype(v.dtype)))
-  dp = jnp.einsum("bkmh,bksh->bkms", dout_BKMH, v, preferred_element_type=f32)
-  delta = jnp.sum(dout_BKMH.astype(f32) * out.astype(f32), axis=-1, keepdims=True)
-  dscores = p * (dp - delta)
-  ds = (dscores * scale).astype(q.dtype)
-  dq = jnp.einsum("bkms,bksh->bkmh", ds, k).astype(q.dtype)
-  dkT_BKHS = barrier(jnp.einsum("bkhm,bkms->bkhs", qT_BKHM, ds))
-  dk, dv = dkT_BKHS.swapaxes(2, 3).astype(k.dtype), dvT_BKHS.swapaxes(2, 3).astype(v.dtype)
-  return dq, dk, dv, dscores if has_bias else None, None
-
-
-_block_attention.defvjp(_block_attention_fwd, _block_attention_bwd)
-
-
 _MAX_QUERY_BLOCKS = 16
 
 
 def query_blocks(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
   """Exact attention a block of queries at a time, over only the keys the block can see
   (for a causal mask the blocks on and below the diagonal: about half the work), with a
-  hand-written backward pass. The fastest exact implementation on CPU: the blocks are
-  independent, so XLA runs them on all cores at once, and the skipped keys are real savings."""
+  hand-written backward pass. The fastest exact implementation on CPU: the skipped keys are
+  real savings, and every product is a plain batched matmul."""
   B, L, N, H = q_BLNH.shape
   S, K = k_BSKH.shape[1], k_BSKH.shape[2]
   G = N // K
   # Every block is its own code: at most 16 of them keeps compilation short (64 blocks took
   # 10 s per layer at L = 8192) and still skips 15/32 of a causal score matrix.
   c = min(max(cfg.attention_query_block, -(-L // _MAX_QUERY_BLOCKS)), L)
-  heads_major = lambda x: jnp.moveaxis(x, 1, -2)  # [B, L, ..., H] -> [B, ..., L, H]
-  q = heads_major(q_BLNH.reshape(B, L, K, G, H))
-  k, v = heads_major(k_BSKH), heads_major(v_BSKH)
-  outs = []
+  spans, biases, masks = [], [], []
   for start in range(0, L, c):
     stop = min(start + c, L)
     lo, hi = layout.visible_keys(start, stop, S)
+    spans.append((start, stop, lo, hi))
     if lo == hi:  # no query of the block sees any key: zeros, as the contract says
-      outs.append(jnp.zeros((B, K, G, stop - start, H), q.dtype))
+      biases.append(None)
+      masks.append(None)
       continue
     blk = layout.slice(q=slice(start, stop), k=slice(lo, hi))
     M, E = G * (stop - start), hi - lo
     bias = terms.bias(blk.q_pos_BL, blk.k_pos_BS)
-    if bias is not None:
-      bias = bias.reshape(B, K, M, E)
+    biases.append(None if bias is None else bias.reshape(B, K, M, E))
     mask = jnp.broadcast_to(blk.mask()[:, :, None], (B, 1, G, stop - start, E))
-    out = _block_attention(q[:, :, :, start:stop].reshape(B, K, M, H), k[:, :, lo:hi],
-                           v[:, :, lo:hi], bias, mask.reshape(B, 1, M, E), scale)
+    masks.append(mask.reshape(B, 1, M, E))
+  return _query_blocks(q_BLNH, k_BSKH, v_BSKH, tuple(biases), tuple(masks), tuple(spans), scale)
+
+
+# The blocks work head-major ([B, K, G, L, H]: a block's queries of one head group are M =
+# G * c contiguous rows, so each product is a plain batched matmul). Every change of layout
+# is a projection.transpose, a plain copy: XLA:CPU would otherwise fuse it with the
+# arithmetic around it into a slow element-by-element loop.
+_heads_major = lambda x_BLKGH: projection.transpose(x_BLKGH, (0, 2, 3, 1, 4))
+_tokens_major = lambda x_BKGLH: projection.transpose(x_BKGLH, (0, 3, 1, 2, 4))
+_rows_last = lambda x_BKMH: projection.transpose(x_BKMH, (0, 1, 3, 2))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _query_blocks(q_BLNH, k_BSKH, v_BSKH, biases, masks, spans, scale):
+  return _query_blocks_fwd(q_BLNH, k_BSKH, v_BSKH, biases, masks, spans, scale)[0]
+
+
+def _query_blocks_fwd(q_BLNH, k_BSKH, v_BSKH, biases, masks, spans, scale):
+  B, L, N, H = q_BLNH.shape
+  S, K = k_BSKH.shape[1], k_BSKH.shape[2]
+  G = N // K
+  q = _heads_major(q_BLNH.reshape(B, L, K, G, H))
+  k, v = (_heads_major(x[:, :, :, None])[:, :, 0] for x in (k_BSKH, v_BSKH))  # [B, K, S, H]
+  outs, probs = [], []
+  for (start, stop, lo, hi), bias, mask in zip(spans, biases, masks):
+    if lo == hi:
+      outs.append(jnp.zeros((B, K, G, stop - start, H), q.dtype))
+      probs.append(None)
+      continue
+    q_BKMH = q[:, :, :, start:stop].reshape(B, K, -1, H)
+    scores = jnp.einsum("bkmh,bksh->bkms", q_BKMH, k[:, :, lo:hi],
+                        preferred_element_type=jnp.float32) * scale
+    if bias is not None:
+      scores = scores + bias
+    p_BKMS = masked_softmax(scores, mask)
+    out = jnp.einsum("bkms,bksh->bkmh", p_BKMS.astype(v.dtype), v[:, :, lo:hi])
     outs.append(out.reshape(B, K, G, stop - start, H))
+    probs.append(p_BKMS)
   out_BKGLH = jnp.concatenate(outs, axis=3)
-  return jnp.moveaxis(out_BKGLH, 3, 1).reshape(B, L, N, H)
+  out = _tokens_major(out_BKGLH).reshape(B, L, N, H)
+  has_bias = tuple(b is not None for b in biases)
+  return out, (q, k, v, tuple(probs), out_BKGLH, has_bias)
+
+
+def _query_blocks_bwd(spans, scale, saved, dout_BLNH):
+  """The softmax backward in one pass (FlashAttention's form): d scores = p * (dp - delta)
+  with delta = rowsum(dout * out), instead of autodiff's chain through where/max/exp/sum.
+
+  The key and value gradients are made transposed, [B, K, H, S]: dk^T = q^T ds and dv^T =
+  dout^T p are plain products once q and dout are copied transposed, where dk = ds^T q
+  contracts the rows of both (XLA:CPU's slow generic kernel, ~70 against ~200 GFLOP/s).
+  The blocks' parts add up in that layout, and one copy per tensor puts it token-major."""
+  q, k, v, probs, out, has_bias = saved
+  B, K, G, L, H = q.shape
+  S = k.shape[2]
+  f32 = jnp.float32
+  dout = _heads_major(dout_BLNH.reshape(B, L, K, G, H))
+  delta_BKGL = jnp.sum(dout.astype(f32) * out.astype(f32), axis=-1)
+  dqs, dbiases = [], []
+  dkT_BKHS = dvT_BKHS = jnp.zeros((B, K, H, S), f32)
+  for (start, stop, lo, hi), p, bias_grad in zip(spans, probs, has_bias):
+    if lo == hi:
+      dqs.append(jnp.zeros((B, K, G, stop - start, H), q.dtype))
+      dbiases.append(None)
+      continue
+    q_BKMH = q[:, :, :, start:stop].reshape(B, K, -1, H)
+    dout_BKMH = dout[:, :, :, start:stop].reshape(B, K, -1, H)
+    delta = delta_BKGL[:, :, :, start:stop].reshape(B, K, -1, 1)
+    dp = jnp.einsum("bkmh,bksh->bkms", dout_BKMH, v[:, :, lo:hi], preferred_element_type=f32)
+    dscores = p * (dp - delta)
+    ds = (dscores * scale).astype(q.dtype)
+    dq = jnp.einsum("bkms,bksh->bkmh", ds, k[:, :, lo:hi]).astype(q.dtype)
+    dqs.append(dq.reshape(B, K, G, stop - start, H))
+    dkT_BKHS = dkT_BKHS.at[..., lo:hi].add(
+        jnp.einsum("bkhm,bkms->bkhs", _rows_last(q_BKMH), ds, preferred_element_type=f32))
+    dvT_BKHS = dvT_BKHS.at[..., lo:hi].add(
+        jnp.einsum("bkhm,bkms->bkhs", _rows_last(dout_BKMH), p.astype(v.dtype),
+                   preferred_element_type=f32))
+    dbiases.append(dscores if bias_grad else None)
+  dq_BLNH = _tokens_major(jnp.concatenate(dqs, axis=3)).reshape(B, L, K * G, H)
+  # [B, K, H, S] -> [B, S, K, H] in one copy.
+  dk_BSKH, dv_BSKH = (projection.transpose(x, (0, 3, 1, 2)).astype(k.dtype)
+                      for x in (dkT_BKHS, dvT_BKHS))
+  return dq_BLNH, dk_BSKH, dv_BSKH, tuple(dbiases), tuple(None for _ in spans)
+
+
+_query_blocks.defvjp(_query_blocks_fwd, _query_blocks_bwd)
 
 
 def cudnn(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
