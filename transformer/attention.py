@@ -263,12 +263,11 @@ def query_blocks(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
 
 
 # The blocks work head-major ([B, K, G, L, H]: a block's queries of one head group are M =
-# G * c contiguous rows, so each product is a plain batched matmul). Every change of layout
-# is a projection.transpose, a plain copy: XLA:CPU would otherwise fuse it with the
-# arithmetic around it into a slow element-by-element loop.
-_heads_major = lambda x_BLKGH: projection.transpose(x_BLKGH, (0, 2, 3, 1, 4))
-_tokens_major = lambda x_BKGLH: projection.transpose(x_BKGLH, (0, 3, 1, 2, 4))
-_rows_last = lambda x_BKMH: projection.transpose(x_BKMH, (0, 1, 3, 2))
+# G * c contiguous rows, so each product is a plain batched matmul).
+_heads_major = lambda x_BLKGH: jnp.transpose(x_BLKGH, (0, 2, 3, 1, 4))
+_tokens_major = lambda x_BKGLH: jnp.transpose(x_BKGLH, (0, 3, 1, 2, 4))
+# The barrier keeps XLA from folding the transpose into the product that consumes it.
+_rows_last = lambda x_BKMH: jax.lax.optimization_barrier(jnp.swapaxes(x_BKMH, 2, 3))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
@@ -310,7 +309,12 @@ def _query_blocks_bwd(spans, scale, saved, dout_BLNH):
   The key and value gradients are made transposed, [B, K, H, S]: dk^T = q^T ds and dv^T =
   dout^T p are plain products once q and dout are copied transposed, where dk = ds^T q
   contracts the rows of both (XLA:CPU's slow generic kernel, ~70 against ~200 GFLOP/s).
-  The blocks' parts add up in that layout, and one copy per tensor puts it token-major."""
+  The blocks' parts add up in that layout, and one copy per tensor puts it token-major.
+  The gradients' final copies are projection.transpose (plain copies of materialized
+  arrays): XLA:CPU would otherwise fuse the blocks' sums into a slow transposing loop. Only
+  there: each of those conditionals costs the blocks some of their parallelism on a
+  multi-core device (the layer alone, 2 cores: 63 ms with these three, 72 with all layout
+  changes so)."""
   q, k, v, probs, out, has_bias = saved
   B, K, G, L, H = q.shape
   S = k.shape[2]
@@ -338,7 +342,8 @@ def _query_blocks_bwd(spans, scale, saved, dout_BLNH):
         jnp.einsum("bkhm,bkms->bkhs", _rows_last(dout_BKMH), p.astype(v.dtype),
                    preferred_element_type=f32))
     dbiases.append(dscores if bias_grad else None)
-  dq_BLNH = _tokens_major(jnp.concatenate(dqs, axis=3)).reshape(B, L, K * G, H)
+  dq = jnp.concatenate(dqs, axis=3)
+  dq_BLNH = projection.transpose(dq, (0, 3, 1, 2, 4)).reshape(B, L, K * G, H)
   # [B, K, H, S] -> [B, S, K, H] in one copy.
   dk_BSKH, dv_BSKH = (projection.transpose(x, (0, 3, 1, 2)).astype(k.dtype)
                       for x in (dkT_BKHS, dvT_BKHS))

@@ -27,8 +27,10 @@ from transformer.positions import AttentionTerms
 _LENGTHS = flags.DEFINE_list("lengths", ["1024", "2048", "4096", "8192", "16384"], "Lengths.")
 _HEADS = flags.DEFINE_integer("heads", 8, "Query heads (and key/value heads).")
 _HEAD_DIM = flags.DEFINE_integer("head_dim", 64, "Head dimension.")
-_CHUNK = flags.DEFINE_integer("chunk", 512, "Block size of the chunked implementation.")
-_QUERY_BLOCK = flags.DEFINE_integer("query_block", 128, "Block size of query_blocks.")
+_CHUNK = flags.DEFINE_integer("chunk", model_config().attention_chunk,
+                              "Block size of the chunked implementation.")
+_QUERY_BLOCK = flags.DEFINE_integer("query_block", model_config().attention_query_block,
+                                    "Block size of query_blocks.")
 _IMPLS = flags.DEFINE_list("impls", ["dense", "chunked"], "Implementations to compare.")
 _BATCH = flags.DEFINE_integer("batch", 1, "Batch size.")
 _GRAD = flags.DEFINE_bool("grad", False, "Time forward and backward instead of forward.")
