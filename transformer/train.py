@@ -51,19 +51,10 @@ def make_train_step(loss_fn, tx, schedule, accum_steps: int):
   """One optimizer update from a global batch, averaging over its real tokens."""
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-  real_tokens = lambda sums: jnp.maximum(sums["weight_sum"], 1.0)
-
-  def mean_loss(params, batch, rng):
-    loss_sum, sums = loss_fn(params, batch, rng, False)
-    return loss_sum / real_tokens(sums), (loss_sum, sums)
-  mean_grad_fn = jax.value_and_grad(mean_loss, has_aux=True)
-
   def train_step(state, batch):
     rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
     if accum_steps == 1:
-      # The loss per real token differentiated directly: the division scales one scalar
-      # cotangent instead of taking a pass over every gradient afterwards.
-      (_, (loss_sum, sums)), grads = mean_grad_fn(state["params"], batch, rng)
+      (loss_sum, sums), grad_sums = grad_fn(state["params"], batch, rng, False)
     else:
       # Micro-batch m takes rows m, m+A, m+2A, ...: every device keeps its own rows, so
       # splitting moves no data between devices.
@@ -80,9 +71,9 @@ def make_train_step(loss_fn, tx, schedule, accum_steps: int):
       zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
       ((loss_sum, sums), grad_sums), _ = jax.lax.scan(
           add_micro, zeros, (jnp.arange(accum_steps), micro))
-      # Sums over all micro-batches and devices divided once: the loss per real token.
-      grads = jax.tree.map(lambda g: g / real_tokens(sums), grad_sums)
-    count = real_tokens(sums)
+    # Sums over all micro-batches and devices divided once: the loss per real token.
+    count = jnp.maximum(sums["weight_sum"], 1.0)
+    grads = jax.tree.map(lambda g: g / count, grad_sums)
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
     grad_norm = optax.tree.norm(grads)
