@@ -3,6 +3,9 @@
 import json
 import os
 import random
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -36,6 +39,40 @@ def test_builders_are_deterministic(tmp_path, name):
   for split in ("train", "validation"):
     assert _records(a, split) == _records(b, split)
   assert len(sources.load(a, "train")) == builders.SIZES["tiny"][0]
+
+
+_BUILD_AT_SIGNAL = """
+import os, sys, time
+from transformer import data
+from transformer.data import sources
+config = data.default_config()
+config.size, config.data_dir = "tiny", sys.argv[1]
+open(sys.argv[2] + "." + sys.argv[3], "w").close()
+while not os.path.exists(sys.argv[2]):
+  time.sleep(0.001)
+records = sources.load(config, "train")
+print(len(records), repr(records[0]["text"][:40]))
+"""
+
+
+def test_processes_generating_one_dataset_at_once_share_it(tmp_path):
+  # The processes of a multi-host run on one machine (or a shared disk) all generate a
+  # missing built-in dataset at the same moment; the first complete copy wins and the others
+  # must read it instead of failing on TFDS's rename.
+  go = str(tmp_path / "go")
+  procs = [subprocess.Popen([sys.executable, "-c", _BUILD_AT_SIGNAL, str(tmp_path / "tfds"), go,
+                             str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+           for i in range(3)]
+  deadline = time.time() + 120
+  while not all(os.path.exists(f"{go}.{i}") for i in range(3)) and time.time() < deadline:
+    time.sleep(0.01)
+  open(go, "w").close()
+  outs = [p.communicate(timeout=300) for p in procs]
+  for p, (_, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-2000:]
+  printed = {out.strip().splitlines()[-1] for out, _ in outs}  # tfds prints progress too
+  assert len(printed) == 1 and printed.pop().startswith(str(builders.SIZES["tiny"][0]))
 
 
 def test_algorithmic_long_split_is_longer(data_dir):
