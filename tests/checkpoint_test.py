@@ -1,7 +1,10 @@
 """Checkpoint retention (last N plus best), round trips, and the compatibility check."""
 
+import json
+
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -45,9 +48,30 @@ def test_compatibility_allows_runtime_keys_and_names_real_differences(tmp_path):
                      r"\(model.num_layers: 2 saved vs 3 now, model.position.name: 'rope' "
                      r"saved vs 'alibi' now\)"):
     checkpoint.check_compatible(saved, deeper, "w")
-  retokenized = tiny_run.tiny_config(str(tmp_path), **{"data.tokenizer": "sentencepiece"})
-  with pytest.raises(ValueError, match="data.tokenizer='bytes', now 'sentencepiece'"):
-    checkpoint.check_compatible(saved, retokenized, "w")
+
+
+@pytest.mark.parametrize("key,value", [
+    ("data.tokenizer", "sentencepiece"), ("data.vocab_size", 800), ("data.packing", False),
+    ("data.name", "python_stdlib"), ("data.seq_len", 64), ("train.batch_size", 4),
+    ("train.seed", 1), ("objective.name", "mlm")])
+def test_compatibility_refuses_another_data_stream(tmp_path, key, value):
+  saved = tiny_run.tiny_config(str(tmp_path))
+  with pytest.raises(ValueError, match=rf"w holds a checkpoint of a different data stream "
+                                       rf"\({key}: .* saved vs .* now\); its data position"):
+    checkpoint.check_compatible(saved, tiny_run.tiny_config(str(tmp_path), **{key: value}), "w")
+
+
+def test_compatibility_allows_moved_data_and_keys_added_since(tmp_path):
+  saved = tiny_run.tiny_config(str(tmp_path))
+  checkpoint.check_compatible(saved, tiny_run.tiny_config("/elsewhere"), "w")
+  older = tiny_run.tiny_config(str(tmp_path))
+  del older.data["tokenizer_train_chars"]  # a checkpoint from before the key existed
+  checkpoint.check_compatible(older, tiny_run.tiny_config(str(tmp_path)), "w")
+  # A saved config went through JSON, which turns tuples into lists.
+  as_json = ml_collections.ConfigDict(json.loads(saved.to_json()))
+  assert checkpoint.differences(as_json, saved) == []
+  assert checkpoint.differences(as_json, tiny_run.tiny_config(str(tmp_path), **{
+      "opt.lr": 0.5})) == [("opt.lr", saved.opt.lr, 0.5)]
 
 
 def test_single_process_gather_is_the_identity():

@@ -44,3 +44,14 @@ def test_other_processes_write_nothing(tmp_path):
   log.summary({"x": 1})
   log.close()
   assert os.listdir(tmp_path) == []
+
+
+def test_a_changed_config_keeps_the_earlier_ones(tmp_path):
+  log = metrics_log.RunLog(str(tmp_path), total_steps=10, enabled=True)
+  for a in (1, 1, 2, 3):
+    log.write_config(ml_collections.ConfigDict({"a": a}))
+  log.close()
+  assert json.load(open(tmp_path / "config.json")) == {"a": 3}
+  assert json.load(open(tmp_path / "config.1.json")) == {"a": 1}
+  assert json.load(open(tmp_path / "config.2.json")) == {"a": 2}
+  assert not os.path.exists(tmp_path / "config.3.json")

@@ -56,6 +56,17 @@ def test_batch_size_must_divide_over_the_data_parallel_devices():
     sharding.check_batch_size(12, mesh)
 
 
+def test_a_mesh_that_does_not_fit_names_the_batch_or_the_cpu_flag():
+  # One device here; a (2, 1, 1) mesh would need --cpu_devices=2, unless the batch is what
+  # kept --cpu_devices=0 from making two.
+  with pytest.raises(ValueError, match=r"train.batch_size=3 is not divisible by the "
+                                       r"data-parallel size 2"):
+    sharding.make_mesh((2, 1, 1), batch_size=3)
+  with pytest.raises(ValueError, match=r"has 2 slots but there are 1 devices; on CPU, "
+                                       r"--cpu_devices=N splits the host"):
+    sharding.make_mesh((2, 1, 1), batch_size=4)
+
+
 @pytest.mark.parametrize("shape,batch,accum,cores,processes,want", [
     ((-1, 1, 1), 16, 1, 2, 1, 2),   # one device per core
     ((-1, 1, 1), 3, 1, 2, 1, 1),    # an odd batch cannot be split in two

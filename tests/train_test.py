@@ -142,6 +142,27 @@ def test_incompatible_checkpoint_is_refused_and_nothing_is_overwritten(tmp_path,
   assert checkpoint.make_manager(str(tmp_path)).all_steps() == [1]
 
 
+def test_a_checkpoint_that_does_not_restore_names_the_settings_and_writes_nothing(
+    tmp_path, data_dir):
+  train.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 1}), str(tmp_path))
+  before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+  other_opt = tiny_run.tiny_config(data_dir, **{"train.steps": 2, "opt.name": "sgd"})
+  with pytest.raises(ValueError, match=r"step-1 checkpoint does not restore into this config "
+                                       r"\(opt.name: 'adamw' saved vs 'sgd' now\); use a new"):
+    train.train_and_evaluate(other_opt, str(tmp_path))
+  assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_a_run_that_fails_before_writing_leaves_no_workdir(tmp_path, data_dir, monkeypatch):
+  def fail(model_config):
+    raise ValueError("no model today")
+  monkeypatch.setattr(train.models, "make_model", fail)
+  for workdir, kept in ((tmp_path / "new" / "run", False), (tmp_path, True)):
+    with pytest.raises(ValueError, match="no model today"):
+      train.train_and_evaluate(tiny_run.tiny_config(data_dir), str(workdir))
+    assert os.path.exists(workdir) == kept  # only a directory the run made is removed
+
+
 def test_gradient_accumulation_matches_the_full_batch(tmp_path, data_dir):
   full = train.train_and_evaluate(
       tiny_run.tiny_config(data_dir, **{"train.steps": 2}), str(tmp_path / "full"))
@@ -200,7 +221,14 @@ def test_command_line_is_locked_and_errors_are_one_line(tmp_path):
           "--workdir", str(tmp_path)]
   typo = subprocess.run(base + ["--config.train.stepz=3"], capture_output=True, text=True,
                         cwd=ROOT, timeout=300, env=ENV)
-  assert typo.returncode != 0 and "stepz" in typo.stderr
+  assert typo.returncode == 1
+  assert typo.stderr.strip().splitlines() == [
+      "error: unknown config key 'stepz'; Did you mean \"steps\" instead of \"stepz\"?"]
+  missing = subprocess.run(base[:4] + ["configs/nope.py"] + base[5:], capture_output=True,
+                           text=True, cwd=ROOT, timeout=300, env=ENV)
+  assert missing.returncode == 1
+  assert missing.stderr.strip().splitlines()[-1] == (
+      "error: cannot load --config: [Errno 2] No such file or directory: 'configs/nope.py'")
   bad = subprocess.run(base + ["--config.data.tokenizer=nope"], capture_output=True,
                        text=True, cwd=ROOT, timeout=300, env=ENV)
   assert bad.returncode == 1

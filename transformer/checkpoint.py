@@ -10,6 +10,7 @@ process killed mid-save leaves the previous checkpoint as the latest one.
 """
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -17,6 +18,7 @@ import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
@@ -25,9 +27,20 @@ from orbax.checkpoint import checkpoint_managers
 RUNTIME_ONLY_MODEL_KEYS = ("attention", "attention_chunk", "attention_query_block", "remat")
 
 
+class _NoMetricsWarningFilter(logging.Filter):
+  """Saves between evals carry no eval loss by design (keep-best ignores them); orbax warns
+  about each one."""
+
+  def filter(self, record):
+    return "did not provide metrics" not in record.getMessage()
+
+
 def make_manager(workdir: str, keep: int = 3, keep_best: int = 1,
                  async_save: bool = True) -> ocp.CheckpointManager:
   """Keeps the last `keep` checkpoints plus the `keep_best` lowest eval losses."""
+  logger = absl_logging.get_absl_logger()
+  if not any(isinstance(f, _NoMetricsWarningFilter) for f in logger.filters):
+    logger.addFilter(_NoMetricsWarningFilter())
   policies = [checkpoint_managers.LatestN(n=keep)]
   if keep_best > 0:
     policies.append(checkpoint_managers.BestN(
@@ -61,21 +74,44 @@ def read_config(manager, step: int) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(meta["config"])
 
 
+# What a checkpoint's data positions index into: the same positions in another stream
+# (other data, tokenizer, row layout, batch or shuffle) would resume some other experiment.
+# Every data key counts except where the data lives.
+STREAM_KEYS = ("train.batch_size", "train.seed", "train.data_shards", "train.train_split",
+               "objective.name")
+RELOCATABLE_DATA_KEYS = ("data.data_dir",)
+
+
+def differences(saved_config, config, keys=None) -> list[tuple[str, Any, Any]]:
+  """(key, saved, now) for the flat keys that differ; `keys` filters by name."""
+  # JSON (the saved config) has no tuples: compare (-1, 1, 1) and [-1, 1, 1] as equal.
+  saved, now = ({k: tuple(v) if isinstance(v, list) else v for k, v in flatten(c).items()}
+                for c in (saved_config.to_dict(), config.to_dict()))
+  return [(k, saved.get(k), now.get(k)) for k in sorted(set(saved) | set(now))
+          if saved.get(k) != now.get(k) and (keys is None or keys(k))]
+
+
+def describe(diffs, limit: int = 4) -> str:
+  shown = ", ".join(f"{k}: {a!r} saved vs {b!r} now" for k, a, b in diffs[:limit])
+  return shown + (", ..." if len(diffs) > limit else "")
+
+
 def check_compatible(saved_config, config, directory: str) -> None:
-  """Refuse to resume a checkpoint of another model, naming the keys that differ."""
-  saved = flatten(saved_config.model.to_dict())
-  now = flatten(config.model.to_dict())
-  differ = [k for k in sorted(set(saved) | set(now))
-            if saved.get(k) != now.get(k) and k not in RUNTIME_ONLY_MODEL_KEYS]
-  if differ:
-    shown = ", ".join(f"model.{k}: {saved.get(k)!r} saved vs {now.get(k)!r} now"
-                      for k in differ[:4])
-    raise ValueError(f"{directory} holds a checkpoint of a different model ({shown}"
-                     f"{', ...' if len(differ) > 4 else ''}); use a new --workdir "
-                     f"or the saved config")
-  if "data" in saved_config and saved_config.data.get("tokenizer") != config.data.tokenizer:
-    raise ValueError(f"{directory} holds a checkpoint trained with data.tokenizer="
-                     f"{saved_config.data.get('tokenizer')!r}, now {config.data.tokenizer!r}")
+  """Refuse to resume a checkpoint of another model or another data stream, naming the
+  keys that differ. Keys an older checkpoint's config lacks are not compared for the data
+  stream (they were added since, with defaults that keep the old behaviour)."""
+  model = differences(saved_config, config, lambda k: k.startswith("model.") and
+                      k.split(".", 1)[1] not in RUNTIME_ONLY_MODEL_KEYS)
+  if model:
+    raise ValueError(f"{directory} holds a checkpoint of a different model "
+                     f"({describe(model)}); use a new --workdir or the saved config")
+  saved_keys = set(flatten(saved_config.to_dict()))
+  stream = differences(saved_config, config, lambda k: k in saved_keys and (
+      k in STREAM_KEYS or k.startswith("data.") and k not in RELOCATABLE_DATA_KEYS))
+  if stream:
+    raise ValueError(f"{directory} holds a checkpoint of a different data stream "
+                     f"({describe(stream)}); its data position would continue another "
+                     f"experiment: use a new --workdir or the saved settings")
 
 
 def restore(manager, step: int, abstract_state: dict) -> tuple[dict, dict]:

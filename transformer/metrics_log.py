@@ -53,9 +53,22 @@ class RunLog:
       self._events = EventWriter(os.path.join(workdir, "tensorboard"))
 
   def write_config(self, config) -> None:
-    if self.enabled:
-      with open(os.path.join(self.workdir, "config.json"), "w") as f:
-        f.write(config.to_json(indent=2, sort_keys=True) + "\n")
+    """config.json is this invocation's config; a different one there from an earlier
+    invocation (a resume with changed settings) is kept as config.1.json, config.2.json..."""
+    if not self.enabled:
+      return
+    path = os.path.join(self.workdir, "config.json")
+    text = config.to_json(indent=2, sort_keys=True) + "\n"
+    if os.path.exists(path):
+      with open(path) as f:
+        if f.read() == text:
+          return
+      n = 1
+      while os.path.exists(os.path.join(self.workdir, f"config.{n}.json")):
+        n += 1
+      os.replace(path, os.path.join(self.workdir, f"config.{n}.json"))
+    with open(path, "w") as f:
+      f.write(text)
 
   def info(self, message: str) -> None:
     if self.enabled:

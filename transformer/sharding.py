@@ -98,15 +98,29 @@ def cpu_device_count(shape: Sequence[int], batch_size: int, grad_accum_steps: in
   return 1
 
 
-def make_mesh(shape: Sequence[int]) -> jax.sharding.Mesh:
-  shape = mesh_shape(shape, jax.device_count())
+def make_mesh(shape: Sequence[int], batch_size: int = 0,
+              grad_accum_steps: int = 1) -> jax.sharding.Mesh:
+  """The mesh for `shape` over all devices; `batch_size` (if given) names the real problem
+  when it is the batch that keeps `--cpu_devices=0` from splitting the host as asked."""
+  try:
+    shape = mesh_shape(shape, jax.device_count())
+  except ValueError as e:
+    fixed = tuple(int(s) for s in shape)
+    if batch_size and len(fixed) == len(MESH_AXES) and -1 not in fixed:
+      check_batch_size(batch_size, fixed, grad_accum_steps)
+    if jax.default_backend() == "cpu":
+      raise ValueError(f"{e}; on CPU, --cpu_devices=N splits the host into N devices") \
+          from None
+    raise
   # Auto axes: shardings are hints that XLA propagates, which is what the logical-axis
   # constraints in the model are written for.
   return jax.make_mesh(shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(shape))
 
 
-def data_parallel_size(mesh: jax.sharding.Mesh) -> int:
-  return int(np.prod([mesh.shape[a] for a in BATCH_AXES]))
+def data_parallel_size(mesh) -> int:
+  """Batch rows are split this many ways; `mesh` may also be a resolved mesh shape."""
+  sizes = dict(zip(MESH_AXES, mesh)) if isinstance(mesh, tuple) else mesh.shape
+  return int(np.prod([sizes[a] for a in BATCH_AXES]))
 
 
 @contextlib.contextmanager

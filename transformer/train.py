@@ -10,6 +10,7 @@ loop that steps, logs, evaluates and checkpoints.
 """
 
 import os
+import shutil
 import signal
 import time
 import traceback
@@ -171,13 +172,27 @@ class StopSignal:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Train per `config`, writing logs and checkpoints under `workdir`; returns the summary."""
+  """Train per `config`, writing logs and checkpoints under `workdir`; returns the summary.
+
+  A run that fails before writing any file leaves no workdir behind if it made it."""
+  made = not os.path.exists(workdir)
+  try:
+    return _train_and_evaluate(config, workdir)
+  except BaseException:
+    if made and os.path.isdir(workdir) and not any(
+        files for _, _, files in os.walk(workdir)):
+      shutil.rmtree(workdir, ignore_errors=True)
+    raise
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   wall_start = time.time()
   # Checks that need no compute come first, so a typo costs seconds, not a compile.
   check_config(config)
-  prepare_workdir(workdir)
-  mesh = sharding.make_mesh(config.mesh.shape)
+  mesh = sharding.make_mesh(config.mesh.shape, config.train.batch_size,
+                            config.opt.grad_accum_steps)
   sharding.check_batch_size(config.train.batch_size, mesh, config.opt.grad_accum_steps)
+  prepare_workdir(workdir)
   tokenizer = data.get_tokenizer(config.data, checkpoint.tokenizer_dir(workdir))
   if tokenizer.vocab_size > config.model.vocab_size:
     raise ValueError(f"tokenizer {config.data.tokenizer!r} has {tokenizer.vocab_size} "
@@ -200,16 +215,29 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                     config.train.keep_best, config.train.async_checkpoint)
   latest = manager.latest_step()
   if latest is not None:
-    checkpoint.check_compatible(checkpoint.read_config(manager, latest), config, workdir)
-  # Only now, with the workdir known to be ours, do we write into it.
+    saved_config = checkpoint.read_config(manager, latest)
+    checkpoint.check_compatible(saved_config, config, workdir)
+    try:
+      state, data_state = checkpoint.restore(manager, latest, abstract_state)
+      train_batches.set_state(data_state)
+    except (ValueError, KeyError, TypeError) as e:
+      # Orbax's tree mismatch names optimizer slots, not the settings that made them.
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      opt = checkpoint.differences(saved_config, config, lambda k: k.startswith("opt."))
+      raise ValueError(f"{workdir}'s step-{latest} checkpoint does not restore into this "
+                       f"config ({checkpoint.describe(opt) if opt else first}); use a new "
+                       f"--workdir or the saved settings") from None
+  else:
+    state = jax.jit(init, out_shardings=state_shardings)(config.train.seed)
+  # Only now, with the workdir's checkpoint restored into this config, do we write into it.
   log = RunLog(workdir, config.train.steps)
   log.write_config(config)
   if latest is not None:
-    state, data_state = checkpoint.restore(manager, latest, abstract_state)
-    train_batches.set_state(data_state)
     log.info(f"resumed from step {latest} in {manager.directory}")
-  else:
-    state = jax.jit(init, out_shardings=state_shardings)(config.train.seed)
+    changed = checkpoint.differences(saved_config, config)
+    if changed:
+      log.info("changed since that checkpoint: " + ", ".join(
+          f"{k} {a!r} -> {b!r}" for k, a, b in changed))
 
   params_total, params_non_embedding = inspect.param_totals(param_shapes)
   tokens_per_step = config.train.batch_size * config.data.seq_len
@@ -359,23 +387,49 @@ def configure_host(configs: Sequence[ml_collections.ConfigDict] = ()) -> bool:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if _CONFIG.value is None or not _WORKDIR.value:
+  try:
+    config = _CONFIG.value
+    if config is not None:
+      config.keys()  # a config file that failed to load raises only on first use
+  except OSError as e:
+    raise SystemExit(f"error: cannot load --config: {one_line(e)}") from None
+  if config is None or not _WORKDIR.value:
     raise app.UsageError("--config and --workdir are required")
   if not flags.FLAGS["verbosity"].present:
     # The progress lines are the console output; orbax and friends log every save at INFO.
     logging.set_verbosity(logging.WARNING)
   try:
-    configure_host([_CONFIG.value])
+    configure_host([config])
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   try:
-    train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    train_and_evaluate(config, _WORKDIR.value)
   except (ValueError, FloatingPointError, FileNotFoundError) as e:
     # Config and data mistakes are the user's to fix: one line; --verbosity=1 adds the trace.
     logging.debug("%s", traceback.format_exc())
     raise SystemExit(f"error: {e}") from None
 
 
+def one_line(e: BaseException) -> str:
+  """A config-loading exception as one line: ml_collections' messages span several, and its
+  unknown-key error is the repr of "'key'\\nDid you mean ...?"."""
+  if isinstance(e, (AttributeError, KeyError)) and e.args:
+    key, *hint = str(e.args[0]).replace("\\n", "\n").replace("\\'", "'").strip("'\"").split("\n")
+    return " ".join([f"unknown config key '{key.strip(chr(39))}';", *hint]).rstrip(";")
+  lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+  message = lines[-1] if lines else type(e).__name__
+  return message.split("Error: ", 1)[-1] if message.split(":")[0].endswith("Error") else message
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's parser, with a mistyped config key or a bad config argument as one line instead
+  of the traceback ml_collections raises while parsing."""
+  try:
+    return flags.FLAGS(argv)
+  except Exception as e:  # pylint: disable=broad-except
+    raise SystemExit(f"error: {one_line(e)}") from None
+
+
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)
