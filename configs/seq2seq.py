@@ -2,10 +2,14 @@ r"""Encoder-decoder (2017 Transformer / T5 layout) on a built-in algorithmic tas
 
     python -m transformer.train --config configs/seq2seq.py:size=s,task=reverse \
         --workdir runs/s2s_reverse
+    python -m transformer.train --config configs/seq2seq.py:size=s,dataset=kv_retrieval \
+        --workdir runs/s2s_kv
 
 The decoder is trained with teacher forcing on the target sequence. Arguments: size,
 dataset (an inputs/targets dataset: algorithmic or kv_retrieval), task (algorithmic: copy |
-reverse | sort | addition). Any key can be overridden with --config.KEY.
+reverse | sort | addition). Any key can be overridden with --config.KEY. seq_len is 64 for
+algorithmic and 192 for kv_retrieval, whose items (data.num_pairs=16) are 167 tokens with EOS;
+more pairs need a longer data.seq_len (the error says how long).
 """
 
 from configs import common
@@ -19,7 +23,9 @@ def get_config(arg: str | None = None):
   data_config = data.default_config()
   data_config.name = args.dataset
   data_config.task = args.task
-  data_config.seq_len = 64
+  # Examples are never truncated (a cut answer is unlearnable), so seq_len must hold the
+  # longest with EOS: 34 bytes for addition at max_length 16, 167 for kv_retrieval at 16 pairs.
+  data_config.seq_len = 192 if args.dataset == "kv_retrieval" else 64
   config = common.experiment_config(model, data_config, common.objective_config("seq2seq"),
                                     steps=600, batch_size=32, log_every=25, eval_every=200,
                                     checkpoint_every=200)

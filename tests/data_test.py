@@ -1,5 +1,6 @@
 """Data layer: builders, tokenizers, packing, objectives, iterator state. Tiny sizes only."""
 
+import itertools
 import json
 import os
 import random
@@ -111,6 +112,51 @@ def test_text_folder_splits_by_path(tmp_path):
   assert all(builders.split_of(p) == s for s, paths in splits.items() for p in paths)
 
 
+_SPLITS = ("train", "validation", "test")
+
+
+@pytest.mark.parametrize("num_files", [1, 2, 3, 40])
+def test_text_folder_splits_are_never_empty(tmp_path, num_files):
+  # Few files leave a 5% bucket of the path-hash split empty (TFDS then refused to write it).
+  folder = tmp_path / "texts"
+  folder.mkdir()
+  texts = {}
+  for i in range(num_files):
+    texts[f"doc{i}.txt"] = "\n" + "".join(f"line {j} of file {i}\n" + "\n" * (j % 2)
+                                          for j in range(1 + i % 4))
+    (folder / f"doc{i}.txt").write_text(texts[f"doc{i}.txt"])
+  splits = [{s: sorted((r["path"], r["text"]) for r in _records(config, s))
+             for s in _SPLITS}
+            for config in (_config(tmp_path / d, name="text_folder", path=str(folder))
+                           for d in ("a", "b"))]
+  assert splits[0] == splits[1]  # deterministic
+  assert all(any(text.strip() for _, text in splits[0][s]) for s in _SPLITS)
+  # Every character is in exactly one split, in file order (a file's parts put together).
+  parts = {}
+  for s in _SPLITS:
+    for path, text in splits[0][s]:
+      parts.setdefault(path, []).append(text)
+  for path, text in texts.items():
+    assert text.strip() in {"".join(p).strip() for p in itertools.permutations(parts[path])}
+  visible = lambda texts: sum(len("".join(t.split())) for t in texts)
+  total = visible(texts.values())
+  assert visible(t for _, t in splits[0]["train"]) >= 0.75 * total or total < 60
+
+
+def test_text_folder_without_text_is_a_one_line_error(tmp_path):
+  blank = tmp_path / "blank"
+  blank.mkdir()
+  (blank / "a.txt").write_text("\n  \n")
+  (tmp_path / "none").mkdir()
+  cases = {str(blank): "has 0 non-whitespace character",
+           str(tmp_path / "none"): "no .txt files under",
+           str(tmp_path / "missing"): "is not a directory", "": "needs data.path"}
+  for path, message in cases.items():
+    with pytest.raises(ValueError, match=message) as e:
+      _records(_config(tmp_path / "tfds", name="text_folder", path=path), "train")
+    assert "\n" not in str(e.value)
+
+
 def test_catalog_dataset_prepared_on_disk(tmp_path):
   class CatalogToyForDataTest(tfds.core.GeneratorBasedBuilder):
     VERSION = tfds.core.Version("1.0.0")
@@ -137,7 +183,12 @@ def test_catalog_dataset_prepared_on_disk(tmp_path):
 def test_unknown_names_fail_with_valid_choices(tmp_path):
   tokenizer = data.get_tokenizer(_config(tmp_path))
   cases = [
-      (dict(name="no_such_data"), "lm", r"built-in datasets are \['algorithmic'.*tfds build"),
+      (dict(name="no_such_data"), "lm", r"unknown dataset 'no_such_data': built-in datasets "
+       r"are \['algorithmic'.*tfds build"),
+      (dict(name="lm1b"), "lm", r"^'lm1b' is a TFDS catalog dataset that is not prepared under "
+       r".*tfds build lm1b --data_dir=.* --file_format=array_record$"),
+      (dict(name="wmt14_translate/de-en"), "lm", r"catalog dataset .*tfds build "
+       r"wmt14_translate/de-en "),
       (dict(tokenizer="wordpiece"), "lm", r"valid: \['bytes', 'huggingface', 'sentencepiece'\]"),
       (dict(size="huge"), "lm", r"valid: \['tiny', 'small', 'medium', 'large'\]"),
       (dict(name="algorithmic", task="divide"), "seq2seq", r"valid: \['addition', 'copy'"),
@@ -180,6 +231,25 @@ def test_sentencepiece_trains_once_and_round_trips(tmp_path, data_dir):
     assert again.decode(ids) == text and 3 not in ids
   sample = _records(config, "validation")[0]["text"]
   assert len(tokenizer.encode(sample)) < 0.6 * len(sample.encode())  # it learned pieces
+
+
+def test_vocab_size_is_checked_before_the_tokenizer_is_trained(tmp_path):
+  config = _config(tmp_path / "tfds", tokenizer="sentencepiece", vocab_size=1000)
+  with pytest.raises(ValueError, match=r"has 1000 tokens \(data.vocab_size\) but model.vocab_size "
+                     r"is 260; set --config.model.vocab_size=1000$"):
+    data.validate(config, "lm", model_vocab_size=260)
+  assert not (tmp_path / "tfds").exists()  # nothing generated, nothing trained
+  data.validate(config, "lm", model_vocab_size=1000)
+  with pytest.raises(ValueError, match="set --config.model.vocab_size=260$"):
+    data.validate(_config(tmp_path), "lm", model_vocab_size=100)
+
+
+def test_sentencepiece_vocab_too_small_for_the_corpus_is_a_one_line_error(tmp_path, data_dir):
+  config = _config(data_dir, tokenizer="sentencepiece", vocab_size=200,
+                   tokenizer_train_chars=20_000)
+  with pytest.raises(ValueError, match=r"cannot train data.vocab_size=200 .*smaller than "
+                     r"required_chars. 200 vs \d+.*raise data.vocab_size$"):
+    data.get_tokenizer(config, str(tmp_path))
 
 
 def _chunks(config, tokenizer, objective, split):

@@ -128,6 +128,7 @@ def check_config(config) -> None:
     raise ValueError(f"data.seq_len={config.data.seq_len} exceeds what "
                      f"model.position.name={config.model.position.name!r} allows "
                      f"({limit}, model.max_len); raise model.max_len or use a relative scheme")
+  data.validate(config.data, config.objective.name, model_vocab_size=config.model.vocab_size)
 
 
 def prepare_workdir(workdir: str) -> None:

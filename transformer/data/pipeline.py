@@ -52,11 +52,21 @@ def default_config() -> ml_collections.ConfigDict:
   ))
 
 
-def validate(data_config, objective: str | None = None) -> None:
-  """Fails fast, naming the valid choices, before anything is built or trained."""
+def validate(data_config, objective: str | None = None,
+             model_vocab_size: int | None = None) -> None:
+  """Fails fast, naming the valid choices, before anything is built or trained.
+
+  With `model_vocab_size` (model.vocab_size) it also checks the tokenizer fits the model,
+  which for sentencepiece would otherwise show only after training the tokenizer."""
   if data_config.tokenizer not in tokenizers.TOKENIZERS:
     raise ValueError(f"unknown tokenizer {data_config.tokenizer!r}; "
                      f"valid: {sorted(tokenizers.TOKENIZERS)}")
+  needed = tokenizers.planned_vocab_size(data_config)
+  if model_vocab_size is not None and needed is not None and needed > model_vocab_size:
+    size_key = " (data.vocab_size)" if data_config.tokenizer == "sentencepiece" else ""
+    raise ValueError(f"tokenizer {data_config.tokenizer!r} has {needed} tokens{size_key} but "
+                     f"model.vocab_size is {model_vocab_size}; set "
+                     f"--config.model.vocab_size={needed}")
   if data_config.seq_len < 2:
     raise ValueError(f"data.seq_len must be >= 2, got {data_config.seq_len}")
   if data_config.cross_document and (not data_config.packing or objective not in (None, "lm")):

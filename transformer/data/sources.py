@@ -3,10 +3,11 @@
 Built-in datasets (builders.BUILDERS) are generated on first use and reused;
 any other name is read as a TFDS catalog dataset that must already be prepared
 in array_record format under the data dir (preparing it needs TensorFlow,
-which this project does not install).
+which only the project's `prepare` extra installs).
 """
 
 import functools
+import importlib
 import os
 
 from absl import logging
@@ -53,14 +54,43 @@ def _builtin(data_config, split, directory):
     return open_source()
 
 
+# tfds stops importing its legacy builder packages at the first one that lacks an optional
+# dependency (h5py), which hides later ones (c4, wmt14_translate) from tfds.list_builders.
+_TFDS_BUILDER_PACKAGES = (
+    "audio", "graphs", "image", "image_classification", "object_detection", "nearest_neighbors",
+    "question_answering", "d4rl", "ranking", "recommendation", "rl_unplugged", "rlds.datasets",
+    "robotics", "robomimic", "structured", "summarization", "text", "text_simplification",
+    "time_series", "translate", "video", "vision_language")
+
+
+@functools.cache
+def _tfds_catalog() -> frozenset[str]:
+  for package in _TFDS_BUILDER_PACKAGES:
+    try:
+      importlib.import_module(f"tensorflow_datasets.{package}")
+    except Exception:  # pylint: disable=broad-except  (a missing optional dependency)
+      pass
+  return frozenset(tfds.list_builders(with_community_datasets=False))
+
+
+def in_tfds_catalog(name: str) -> bool:
+  """Whether `name` ("lm1b", "wmt14_translate/de-en:1.0.0") names a TFDS catalog dataset."""
+  return name.split("/")[0].split(":")[0] in _tfds_catalog()
+
+
 def _catalog_builder(data_config, directory):
   name = data_config.name
-  prepare = (f"with TensorFlow installed: tfds build {name.split('/')[0]} --data_dir={directory} "
+  # The full name: `tfds build c4` alone would build every config of c4.
+  prepare = (f"with TensorFlow installed: tfds build {name} --data_dir={directory} "
              f"--file_format=array_record")
   try:
     # From files alone: catalog builder code may import TensorFlow, which we lack.
     builder = read_only_builder.builder_from_files(name, data_dir=directory)
   except tfds.core.registered.DatasetNotFoundError:
+    if in_tfds_catalog(name):
+      raise ValueError(
+          f"{name!r} is a TFDS catalog dataset that is not prepared under {directory} (the data "
+          f"dir, data.data_dir or $TFDS_DATA_DIR): prepare it {prepare}") from None
     raise ValueError(
         f"unknown dataset {name!r}: built-in datasets are {sorted(builders.BUILDERS)}; a TFDS "
         f"catalog dataset must be prepared first under {directory} ({prepare})") from None
@@ -76,7 +106,8 @@ def _catalog_builder(data_config, directory):
 
 
 def _check_nonempty(source, name, split):
-  # An empty split (e.g. a small text_folder's 5% test bucket) would make iterators hang.
+  # An empty split would make iterators hang. Built-in builders never write one (TFDS refuses
+  # to; text_folder splits a small folder by text); a catalog dataset's split may be empty.
   if len(source) == 0:
     raise ValueError(f"split {split!r} of dataset {name!r} is empty")
 

@@ -54,6 +54,16 @@ class SentencePieceTokenizer:
     return self._sp.decode([int(i) for i in ids])
 
 
+def planned_vocab_size(data_config) -> int | None:
+  """The vocabulary size the tokenizer will have, known from the config before any training
+  (sentencepiece: at most data.vocab_size); None when only its files tell (huggingface)."""
+  if data_config.tokenizer == "bytes":
+    return BytesTokenizer.vocab_size
+  if data_config.tokenizer == "sentencepiece":
+    return data_config.vocab_size
+  return None
+
+
 def _training_texts(data_config, max_chars: int):
   """Train-split texts in a fixed pseudo-random order, up to `max_chars` characters."""
   dataset = sources.load(data_config, "train").shuffle(seed=0)
@@ -66,12 +76,10 @@ def _training_texts(data_config, max_chars: int):
       return
 
 
-def train_sentencepiece(data_config, model_path: str) -> None:
-  """Trains on a sample of the train split and writes `model_path` atomically."""
-  model = io.BytesIO()
+def _train_sentencepiece(data_config, model_writer) -> None:
   spm.SentencePieceTrainer.train(
       sentence_iterator=_training_texts(data_config, data_config.tokenizer_train_chars),
-      model_writer=model, vocab_size=data_config.vocab_size, model_type="unigram",
+      model_writer=model_writer, vocab_size=data_config.vocab_size, model_type="unigram",
       pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=NUM_SPECIAL,
       # A control symbol is never matched in text, so a literal "<mask>" stays plain text.
       control_symbols=["<mask>"],
@@ -82,6 +90,19 @@ def train_sentencepiece(data_config, model_path: str) -> None:
       # deterministic, so every host of a multi-host job derives the same model.
       max_sentence_length=1 << 30, input_sentence_size=0, num_threads=1,
       hard_vocab_limit=False, minloglevel=2)
+
+
+def train_sentencepiece(data_config, model_path: str) -> None:
+  """Trains on a sample of the train split and writes `model_path` atomically."""
+  model = io.BytesIO()
+  try:
+    _train_sentencepiece(data_config, model)
+  except RuntimeError as e:
+    # e.g. "Vocabulary size is smaller than required_chars. 200 vs 294.": the corpus' distinct
+    # characters plus the specials need more pieces than asked for.
+    message = str(e).split("] ")[-1].split(" Increase")[0]
+    raise ValueError(f"sentencepiece cannot train data.vocab_size={data_config.vocab_size} on "
+                     f"{data_config.name!r} ({message}): raise data.vocab_size") from None
   # A temp file + rename means a concurrent reader never sees half a model.
   directory = os.path.dirname(model_path) or "."
   os.makedirs(directory, exist_ok=True)
