@@ -2,7 +2,7 @@ r"""Length extrapolation: one small decoder per positional scheme, trained at da
 on contiguous text, evaluated at L, 2L, 4L, 8L and 16L.
 
     python -m experiments.extrapolation.run --config configs/extrapolation.py \
-        --workdir experiments/extrapolation/results/grammar
+        --workdir experiments/extrapolation/results/grammar_corpus
     python -m experiments.extrapolation.run \
         --config configs/extrapolation.py:dataset=python_stdlib \
         --workdir experiments/extrapolation/results/python_stdlib

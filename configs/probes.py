@@ -1,8 +1,8 @@
 r"""Probes of trained decoders (agreement with attractors, lost in the middle, attention maps).
 
     python -m experiments.probes.run --config configs/probes.py \
-        --workdir experiments/probes/results/grammar \
-        --config.experiment.lm_workdir=experiments/extrapolation/results/grammar
+        --workdir experiments/probes/results/grammar_corpus \
+        --config.experiment.lm_workdir=experiments/extrapolation/results/grammar_corpus
 
 The language models are the extrapolation experiment's (same config; reused when
 experiment.lm_workdir points at a finished or partial extrapolation workdir, trained here

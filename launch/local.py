@@ -1,8 +1,10 @@
-"""Run a sweep on this machine, N runs at a time, each `transformer.train` in DIR/<run>/.
+r"""Run a sweep on this machine, N runs at a time, each `transformer.train` in DIR/<run>/.
 
   python -m launch.local --config configs/scaling.py --workdir DIR --parallel 2
   python -m launch.local --config configs/lm.py:size=xs --workdir DIR \
-      --sweep="opt.lr=1e-3,3e-3;model.num_layers=2,4" [--trials=8]   # any config
+      --sweep="opt.lr=1e-3,3e-3;model.num_layers=2,4"        # a grid, any config
+  python -m launch.local --config configs/lm.py:size=xs --workdir DIR \
+      --sweep="opt.lr=loguniform(1e-4,1e-2)" --trials=8       # random search
   python -m launch.local ... --dry_run        # write DIR/sweep.json, print the commands
 
 The sweep comes from `config.sweep` (launch/sweep.py) or, for any config, from --sweep (grid
@@ -29,6 +31,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from launch import sweep
+from transformer import cli
 
 
 def cpu_groups(parallel: int, cpus: list[int]) -> list[list[int]]:
@@ -160,10 +163,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   f = flags.FLAGS
-  if f.config is None or not f.workdir:
+  config = cli.config(f["config"])
+  if config is None or not f.workdir:
     raise app.UsageError("--config and --workdir are required")
   try:
-    config = sweep.with_sweep_flag(f.config, f.sweep, f.trials)
+    config = sweep.with_sweep_flag(config, f.sweep, f.trials)
     result = run_sweep(config, f.workdir, config_arg=config_flags.get_config_filename(f["config"]),
                        parallel=f.parallel, train_module=f.train_module,
                        extra_flags=sweep.passthrough_flags(f["config"]), dry_run=f.dry_run,
@@ -190,4 +194,4 @@ if __name__ == "__main__":
                     "One of several identical launchers, one per host of a TPU slice "
                     "(launch/tpu_vm.sh): each run spans all hosts; DIR must be shared; logs go "
                     "to train.<host>.log.")
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

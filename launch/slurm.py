@@ -1,4 +1,4 @@
-"""Write a SLURM array script for a sweep: one array task per run, each on --nodes nodes.
+r"""Write a SLURM array script for a sweep: one array task per run, each on --nodes nodes.
 
   python -m launch.slurm --config configs/scaling.py --workdir /shared/sweeps/scaling \
       --nodes=2 --gpus_per_node=8 --partition=gpu --time=04:00:00 --max_parallel=8
@@ -23,6 +23,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from launch import sweep
+from transformer import cli
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -86,11 +87,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   f = flags.FLAGS
-  if f.config is None or not f.workdir:
+  config = cli.config(f["config"])
+  if config is None or not f.workdir:
     raise app.UsageError("--config and --workdir are required")
   workdir = os.path.abspath(f.workdir)
   try:
-    config = sweep.with_sweep_flag(f.config, f.sweep, f.trials)
+    config = sweep.with_sweep_flag(config, f.sweep, f.trials)
     runs = sweep.plan(config, workdir, config_arg=config_flags.get_config_filename(f["config"]),
                       python=f.python, module=f.train_module,
                       extra_flags=sweep.passthrough_flags(f["config"]),
@@ -131,4 +133,4 @@ if __name__ == "__main__":
   flags.DEFINE_string("python", sys.executable, "Python on the compute nodes.")
   flags.DEFINE_string("train_module", "transformer.train", "Module of each run.")
   flags.DEFINE_bool("submit", False, "Run sbatch on the script after writing it.")
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -1,8 +1,11 @@
 """Experiment configs: each dataset a config's docstring offers fits its settings as written."""
 
+import random
+
 import pytest
 
 from transformer import data
+from transformer.data import algorithmic, kv_retrieval
 
 from configs import seq2seq
 
@@ -19,7 +22,28 @@ def test_seq2seq_config_fits_every_dataset_it_offers(tmp_path, arg):
   tokenizer = data.get_tokenizer(config.data)
   assert tokenizer.vocab_size <= config.model.vocab_size
   assert config.data.seq_len <= config.model.max_len
-  for split in ("train", "validation"):
+  splits = ("train", "validation") + (("test_long",) if "task" in arg else ())
+  for split in splits:
     batch = next(data.make_iterator(config.data, tokenizer, split=split, batch_size=4,
                                     objective=config.objective.name, seed=0))
     assert batch["decoder_weights"].sum() > 0
+
+
+@pytest.mark.parametrize("task", sorted(data.TASKS))
+def test_longest_example_bound_is_tight(task):
+  rng = random.Random(0)
+  lengths = [max(map(len, algorithmic.example(task, rng, 5, 5))) for _ in range(50)]
+  assert max(lengths) == algorithmic.max_chars(task, 5)
+  for pairs in (1, 16, 300):
+    inputs, _ = kv_retrieval.item(rng, pairs)
+    assert len(inputs) == kv_retrieval.max_chars(pairs)
+
+
+def test_a_seq2seq_split_longer_than_seq_len_is_refused_before_training():
+  config = seq2seq.get_config("size=xs,task=addition")
+  config.data.seq_len = 64
+  data.validate(config.data, "seq2seq", splits=("train", "validation"))  # 34 tokens: fits
+  with pytest.raises(ValueError, match="split 'test_long' of 'algorithmic' has examples of 66 "
+                                       "tokens but data.seq_len=64; raise data.seq_len to at "
+                                       "least 66"):
+    data.validate(config.data, "seq2seq", splits=("train", "test_long"))

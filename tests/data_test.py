@@ -152,6 +152,11 @@ def test_text_folder_without_text_is_a_one_line_error(tmp_path):
            str(tmp_path / "none"): "no .txt files under",
            str(tmp_path / "missing"): "is not a directory", "": "needs data.path"}
   for path, message in cases.items():
+    # data.validate (the train command's check) refuses it before TFDS makes a directory.
+    with pytest.raises(ValueError, match=message):
+      data.validate(_config(tmp_path / "tfds", name="text_folder", path=path))
+  assert not os.path.exists(tmp_path / "tfds" / "text_folder")
+  for path, message in cases.items():
     with pytest.raises(ValueError, match=message) as e:
       _records(_config(tmp_path / "tfds", name="text_folder", path=path), "train")
     assert "\n" not in str(e.value)

@@ -153,12 +153,17 @@ def test_a_checkpoint_that_does_not_restore_names_the_settings_and_writes_nothin
   assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
-def test_a_run_that_fails_before_writing_leaves_no_workdir(tmp_path, data_dir, monkeypatch):
-  def fail(model_config):
-    raise ValueError("no model today")
-  monkeypatch.setattr(train.models, "make_model", fail)
+@pytest.mark.parametrize("where", ["model", "first_batch"])
+def test_a_run_that_fails_before_its_first_step_leaves_no_workdir(tmp_path, data_dir,
+                                                                  monkeypatch, where):
+  def fail(*args, **kwargs):
+    raise ValueError("not today")
+  if where == "model":  # before anything is written
+    monkeypatch.setattr(train.models, "make_model", fail)
+  else:  # after config.json and the empty logs
+    monkeypatch.setattr(train.ShardedBatches, "__next__", fail)
   for workdir, kept in ((tmp_path / "new" / "run", False), (tmp_path, True)):
-    with pytest.raises(ValueError, match="no model today"):
+    with pytest.raises(ValueError, match="not today"):
       train.train_and_evaluate(tiny_run.tiny_config(data_dir), str(workdir))
     assert os.path.exists(workdir) == kept  # only a directory the run made is removed
 

@@ -4,7 +4,7 @@ Weights are read from the 'intermediates' collection every Attention module sows
 is mutable, so no hooks or model changes are needed:
 
   weights = capture(model, variables, tokens_BL)           # {layer_name: [B, N, L, S]}
-  plot_heads(weights["decoder/layers_1/self_attention"][0], labels, "heads.png")
+  plot_heads(weights["tower/layers_1/self_attention"][0], labels, "heads.png")
 """
 
 import math

@@ -22,7 +22,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from transformer import models
+from transformer import cli, models
 from transformer.positions import rope_frequencies
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "float8": 1}
@@ -206,9 +206,10 @@ def _define_flags():
 def main(argv):
   del argv
   FLAGS = flags.FLAGS
-  if FLAGS.config is None:
+  config = cli.config(FLAGS["config"])
+  if config is None:
     sys.exit("--config is required, e.g. --config configs/arch/llama3_8b.py")
-  r = report(FLAGS.config, FLAGS.length, FLAGS.dtype, FLAGS.new_tokens)
+  r = report(config, FLAGS.length, FLAGS.dtype, FLAGS.new_tokens)
   if FLAGS.json:
     print(json.dumps(r, indent=1))
   else:
@@ -218,4 +219,4 @@ def main(argv):
 if __name__ == "__main__":
   jax.config.update("jax_platforms", "cpu")
   _define_flags()
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

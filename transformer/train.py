@@ -25,8 +25,8 @@ import optax
 from jax.experimental import multihost_utils
 from ml_collections import config_flags
 
-from transformer import (checkpoint, data, host_memory, inspect, models, objectives, optim,
-                         positions, sharding, throughput, train_state)
+from transformer import (checkpoint, cli, data, host_memory, inspect, models, objectives,
+                         optim, positions, sharding, throughput, train_state)
 from transformer.data_shards import ShardedBatches
 from transformer.metrics_log import RunLog, Stopwatch
 
@@ -43,7 +43,7 @@ _RETAIN_HOST_MEMORY = flags.DEFINE_bool(
 _CPU_DEVICES = flags.DEFINE_integer(
     "cpu_devices", 1, "XLA:CPU devices to split this process's cores into, data-parallel "
     "over the mesh's -1 axis: 1 = one device using every core; 0 = one per core, or the most "
-    "the config's mesh and batch divide evenly (8-12% faster steps for W1/W2-sized models, "
+    "the config's mesh and batch divide evenly (W1 3-13%, W2 7-11% faster steps, "
     "slower for the quickstart's; README 'Training throughput'). Ignored when XLA_FLAGS "
     "sets --xla_force_host_platform_device_count; other backends are unaffected.")
 
@@ -128,7 +128,8 @@ def check_config(config) -> None:
     raise ValueError(f"data.seq_len={config.data.seq_len} exceeds what "
                      f"model.position.name={config.model.position.name!r} allows "
                      f"({limit}, model.max_len); raise model.max_len or use a relative scheme")
-  data.validate(config.data, config.objective.name, model_vocab_size=config.model.vocab_size)
+  data.validate(config.data, config.objective.name, model_vocab_size=config.model.vocab_size,
+                splits=(config.train.train_split, config.train.eval_split))
 
 
 def prepare_workdir(workdir: str) -> None:
@@ -175,15 +176,22 @@ class StopSignal:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Train per `config`, writing logs and checkpoints under `workdir`; returns the summary.
 
-  A run that fails before writing any file leaves no workdir behind if it made it."""
+  A run that fails before logging a step or saving a checkpoint leaves no workdir behind if
+  it made it (what it wrote by then, config.json and empty logs, says nothing)."""
   made = not os.path.exists(workdir)
   try:
     return _train_and_evaluate(config, workdir)
   except BaseException:
-    if made and os.path.isdir(workdir) and not any(
-        files for _, _, files in os.walk(workdir)):
+    if made and jax.process_index() == 0 and not _holds_results(workdir):
       shutil.rmtree(workdir, ignore_errors=True)
     raise
+
+
+def _holds_results(workdir: str) -> bool:
+  metrics = os.path.join(workdir, "metrics.jsonl")
+  checkpoints = os.path.join(workdir, "checkpoints")
+  return ((os.path.exists(metrics) and os.path.getsize(metrics) > 0) or
+          (os.path.isdir(checkpoints) and any(os.scandir(checkpoints))))
 
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -388,12 +396,7 @@ def configure_host(configs: Sequence[ml_collections.ConfigDict] = ()) -> bool:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  try:
-    config = _CONFIG.value
-    if config is not None:
-      config.keys()  # a config file that failed to load raises only on first use
-  except OSError as e:
-    raise SystemExit(f"error: cannot load --config: {one_line(e)}") from None
+  config = cli.config(_CONFIG)
   if config is None or not _WORKDIR.value:
     raise app.UsageError("--config and --workdir are required")
   if not flags.FLAGS["verbosity"].present:
@@ -412,25 +415,5 @@ def main(argv):
     raise SystemExit(f"error: {e}") from None
 
 
-def one_line(e: BaseException) -> str:
-  """A config-loading exception as one line: ml_collections' messages span several, and its
-  unknown-key error is the repr of "'key'\\nDid you mean ...?"."""
-  if isinstance(e, (AttributeError, KeyError)) and e.args:
-    key, *hint = str(e.args[0]).replace("\\n", "\n").replace("\\'", "'").strip("'\"").split("\n")
-    return " ".join([f"unknown config key '{key.strip(chr(39))}';", *hint]).rstrip(";")
-  lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-  message = lines[-1] if lines else type(e).__name__
-  return message.split("Error: ", 1)[-1] if message.split(":")[0].endswith("Error") else message
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-  """absl's parser, with a mistyped config key or a bad config argument as one line instead
-  of the traceback ml_collections raises while parsing."""
-  try:
-    return flags.FLAGS(argv)
-  except Exception as e:  # pylint: disable=broad-except
-    raise SystemExit(f"error: {one_line(e)}") from None
-
-
 if __name__ == "__main__":
-  app.run(main, flags_parser=parse_flags)
+  app.run(main, flags_parser=cli.parse_flags)

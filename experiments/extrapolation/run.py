@@ -21,7 +21,7 @@ from absl import app, flags, logging
 
 from experiments import results as experiment_results
 from experiments.extrapolation import plots
-from transformer import checkpoint, data, train
+from transformer import checkpoint, cli, data, train
 from transformer.data import objectives as data_objectives
 from transformer.data import sources
 from transformer.scoring import Scorer
@@ -143,7 +143,7 @@ def evaluate_run(config, run_dir: str, variant: str, stream: np.ndarray) -> dict
 
 def main(argv):
   del argv
-  config, workdir = FLAGS.config, FLAGS.workdir
+  config, workdir = cli.config(FLAGS["config"]), FLAGS.workdir
   if config is None or not workdir:
     raise app.UsageError("--config and --workdir are required")
   train.configure_host()
@@ -181,4 +181,4 @@ def main(argv):
   experiment_results.write(results, workdir, start, plots.write_all)
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

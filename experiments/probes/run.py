@@ -25,7 +25,7 @@ from absl import app, flags, logging
 from experiments.extrapolation.run import train_schemes
 from experiments import results as experiment_results
 from experiments.probes import heads, plots
-from transformer import checkpoint, data, train
+from transformer import checkpoint, cli, data, train
 from transformer.scoring import Scorer
 
 FLAGS = flags.FLAGS  # --config / --workdir: transformer.train's flags
@@ -95,7 +95,7 @@ def u_shape(row: dict) -> dict:
 
 def main(argv):
   del argv
-  config, workdir = FLAGS.config, FLAGS.workdir
+  config, workdir = cli.config(FLAGS["config"]), FLAGS.workdir
   if config is None or not workdir:
     raise app.UsageError("--config and --workdir are required")
   train.configure_host()
@@ -142,4 +142,4 @@ def main(argv):
   experiment_results.write(results, workdir, start, plots.write_all)
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -38,6 +38,12 @@ def _addition(rng, length):
 TASKS = {"copy": _copy, "reverse": _reverse, "sort": _sort, "addition": _addition}
 
 
+def max_chars(task: str, length: int) -> int:
+  """The longest inputs or targets text an instance of `length` has (addition: a+b)."""
+  get_task(task)
+  return 2 * length + 1 if task == "addition" else length
+
+
 def get_task(name: str):
   if name not in TASKS:
     raise ValueError(f"unknown algorithmic task {name!r}; valid: {sorted(TASKS)}")

@@ -14,6 +14,12 @@ def _digits(num_pairs: int) -> int:
   return max(3, len(str(4 * num_pairs)))
 
 
+def max_chars(num_pairs: int) -> int:
+  """The length of every item's inputs text: the pairs, then " ? k" and the key."""
+  width = _digits(num_pairs)
+  return num_pairs * (2 * width + 4) - 1 + 4 + width
+
+
 def item(rng: random.Random, num_pairs: int, position: int | None = None) -> tuple[str, str]:
   """One (inputs, targets) pair; position None draws it uniformly."""
   if num_pairs < 1:

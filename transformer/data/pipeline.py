@@ -53,11 +53,13 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def validate(data_config, objective: str | None = None,
-             model_vocab_size: int | None = None) -> None:
+             model_vocab_size: int | None = None, splits: tuple[str, ...] = ()) -> None:
   """Fails fast, naming the valid choices, before anything is built or trained.
 
   With `model_vocab_size` (model.vocab_size) it also checks the tokenizer fits the model,
-  which for sentencepiece would otherwise show only after training the tokenizer."""
+  which for sentencepiece would otherwise show only after training the tokenizer; with
+  `splits`, that a built-in seq2seq dataset's examples in them fit data.seq_len in bytes
+  (otherwise the first batch of that split fails, perhaps only at the first eval)."""
   if data_config.tokenizer not in tokenizers.TOKENIZERS:
     raise ValueError(f"unknown tokenizer {data_config.tokenizer!r}; "
                      f"valid: {sorted(tokenizers.TOKENIZERS)}")
@@ -77,6 +79,14 @@ def validate(data_config, objective: str | None = None,
       raise ValueError(f"objective {objective!r} needs an inputs/targets dataset {seq2seq}, "
                        f"got {data_config.name!r}")
   sources.check(data_config)
+  if objective is not None and objectives.get_objective(objective).needs_seq2seq and (
+      data_config.tokenizer == "bytes"):
+    for split in splits:
+      longest = builders.longest_seq2seq_chars(data_config, split)
+      if longest is not None and longest + 1 > data_config.seq_len:  # + EOS
+        raise ValueError(f"split {split!r} of {data_config.name!r} has examples of "
+                         f"{longest + 1} tokens but data.seq_len={data_config.seq_len}; raise "
+                         f"data.seq_len to at least {longest + 1}")
 
 
 @dataclasses.dataclass(frozen=True)
