@@ -105,6 +105,13 @@ def main(argv):
     raise SystemExit(f"error: {e}") from None
   os.makedirs(os.path.join(workdir, "slurm"), exist_ok=True)
   path = os.path.join(workdir, "slurm_array.sh")
+  if os.path.exists(path) and open(path).read() != text:
+    # It may hold hand edits: keep it beside the new one.
+    n = 1
+    while os.path.exists(os.path.join(workdir, f"slurm_array.{n}.sh")):
+      n += 1
+    os.replace(path, os.path.join(workdir, f"slurm_array.{n}.sh"))
+    print(f"kept the earlier script as slurm_array.{n}.sh")
   with open(path, "w") as out:
     out.write(text)
   os.chmod(path, 0o755)

@@ -294,13 +294,43 @@ def is_finished(run_dir: str) -> bool:
 
 
 def write_sweep_json(workdir: str, config, runs: list[dict], command: list[str]) -> str:
+  """DIR/sweep.json, the sweep's record. A DIR holding another sweep is refused (its started
+  runs would be skipped as finished, or mixed into this one's table); a changed plan that
+  keeps every started run (a grid extended) is written, the earlier record kept as
+  sweep.1.json, sweep.2.json, ..."""
   path = os.path.join(workdir, "sweep.json")
   os.makedirs(workdir, exist_ok=True)
   record = dict(sweep=config.sweep.to_dict(), command=command, runs=runs,
                 flops_convention="6 * params_non_embedding + 6 * num_layers * seq_len * "
                                  "num_heads * head_dim per token (experiments/scaling/shapes.py)")
+  if os.path.exists(path):
+    with open(path) as f:
+      earlier = json.load(f)
+    check_same_sweep(workdir, earlier["runs"], runs)
+    if [_run_identity(r) for r in earlier["runs"]] != [_run_identity(r) for r in runs]:
+      n = 1
+      while os.path.exists(os.path.join(workdir, f"sweep.{n}.json")):
+        n += 1
+      os.replace(path, os.path.join(workdir, f"sweep.{n}.json"))
   _atomic_write(path, json.dumps(record, indent=2))
   return path
+
+
+def _run_identity(run: dict) -> tuple:
+  # A run is its name and its training command, less the interpreter (another venv) and
+  # the run directory (the same DIR given relative or absolute).
+  return run["name"], tuple(a for a in run["command"][1:] if not a.startswith("--workdir="))
+
+
+def check_same_sweep(workdir: str, earlier: list[dict], runs: list[dict]) -> None:
+  """Refuse a plan that drops or changes a run of DIR's sweep.json that has started."""
+  planned = dict(_run_identity(r) for r in runs)
+  for run in earlier:
+    name, command = _run_identity(run)
+    if os.path.isdir(os.path.join(workdir, name)) and planned.get(name) != command:
+      what = "is not in this sweep" if name not in planned else "had another command"
+      raise ValueError(f"{workdir} holds another sweep: its run {name!r} {what} (see "
+                       f"sweep.json); use a new --workdir or the original command")
 
 
 def _atomic_write(path: str, text: str) -> None:
@@ -387,7 +417,14 @@ def write_results(workdir: str) -> str:
 def main(argv):
   del argv
   from absl import flags
-  print(open(write_results(flags.FLAGS.workdir)).read(), end="")
+  workdir = flags.FLAGS.workdir
+  if not os.path.exists(os.path.join(workdir, "sweep.json")) and not any(
+      is_finished(os.path.join(workdir, n)) for n in
+      (os.listdir(workdir) if os.path.isdir(workdir) else [])):
+    # results.md of any other folder (an experiment's) is not this program's to rewrite.
+    raise SystemExit(f"error: {workdir} is not a sweep directory (no sweep.json, no "
+                     f"finished runs in it)")
+  print(open(write_results(workdir)).read(), end="")
 
 
 if __name__ == "__main__":

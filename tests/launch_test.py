@@ -243,8 +243,38 @@ def test_local_runs_in_parallel_skips_finished_and_tabulates(tmp_path, fake_trai
   assert table[2].startswith("| lr=0.003,d_model=128 |")  # lowest loss first
   # A second launch finds everything finished and starts nothing.
   again = local.run_sweep(config, workdir, config_arg="cfg.py", parallel=2,
-                          train_module=fake_train, log=lambda _: None)
+                          train_module=fake_train, extra_flags=["--config.train.seed=0"],
+                          log=lambda _: None)
   assert len(again["skipped"]) == 4 and not again["finished"] and len(_calls(workdir)) == 4
+
+
+def test_a_sweep_dir_refuses_another_sweep_and_keeps_an_extended_ones_record(tmp_path,
+                                                                              fake_train):
+  workdir = str(tmp_path / "sweep")
+  run = lambda axes, *flags: local.run_sweep(
+      _config(kind="grid", axes=axes), workdir, config_arg="cfg.py", train_module=fake_train,
+      extra_flags=list(flags), log=lambda _: None)
+  run("opt.lr=1e-3,3e-3")
+  record = open(os.path.join(workdir, "sweep.json")).read()
+  for axes, flags_, why in (("model.num_layers=1,2", [], "is not in this sweep"),
+                            ("opt.lr=1e-3,3e-3", ["--config.model.d_model=128"],
+                             "had another command")):
+    with pytest.raises(ValueError, match=rf"holds another sweep: its run 'lr=0.001' {why}"):
+      run(axes, *flags_)
+    assert open(os.path.join(workdir, "sweep.json")).read() == record
+  extended = run("opt.lr=1e-3,3e-3,1e-2")  # every started run kept: more of the same sweep
+  assert extended["skipped"] == ["lr=0.001", "lr=0.003"] and extended["finished"] == ["lr=0.01"]
+  assert open(os.path.join(workdir, "sweep.1.json")).read() == record
+
+
+def test_sweep_table_refuses_a_folder_that_is_not_a_sweep(tmp_path):
+  (tmp_path / "results.md").write_text("an experiment's results")
+  proc = subprocess.run([sys.executable, "-m", "launch.sweep", "--workdir", str(tmp_path)],
+                        capture_output=True, text=True, cwd=ROOT, timeout=120)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines() == [
+      f"error: {tmp_path} is not a sweep directory (no sweep.json, no finished runs in it)"]
+  assert (tmp_path / "results.md").read_text() == "an experiment's results"
 
 
 def test_local_resumes_interrupted_runs(tmp_path, fake_train, monkeypatch):

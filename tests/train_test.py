@@ -134,11 +134,16 @@ def test_cpu_split_into_per_core_devices_trains_the_same_model(tmp_path, data_di
 
 def test_incompatible_checkpoint_is_refused_and_nothing_is_overwritten(tmp_path, data_dir):
   train.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 1}), str(tmp_path))
-  before = (tmp_path / "config.json").read_text()
+  before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
   wider = tiny_run.tiny_config(data_dir, **{"train.steps": 2, "model.d_model": 128})
   with pytest.raises(ValueError, match=r"different model \(model.d_model: 64 saved vs 128 now"):
     train.train_and_evaluate(wider, str(tmp_path))
-  assert (tmp_path / "config.json").read_text() == before
+  # Another tokenizer is refused before it is trained into the workdir.
+  retokenized = tiny_run.tiny_config(data_dir, **{"data.tokenizer": "sentencepiece",
+                                                  "data.vocab_size": 256})
+  with pytest.raises(ValueError, match=r"different data stream \(data.tokenizer: 'bytes' "):
+    train.train_and_evaluate(retokenized, str(tmp_path))
+  assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
   assert checkpoint.make_manager(str(tmp_path)).all_steps() == [1]
 
 

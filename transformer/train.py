@@ -202,6 +202,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                             config.opt.grad_accum_steps)
   sharding.check_batch_size(config.train.batch_size, mesh, config.opt.grad_accum_steps)
   prepare_workdir(workdir)
+  # A checkpoint of another model or data stream is refused before anything is built or
+  # written here (sentencepiece would train into the workdir).
+  manager = checkpoint.make_manager(workdir, config.train.keep_checkpoints,
+                                    config.train.keep_best, config.train.async_checkpoint)
+  latest = manager.latest_step()
+  if latest is not None:
+    saved_config = checkpoint.read_config(manager, latest)
+    checkpoint.check_compatible(saved_config, config, workdir)
   tokenizer = data.get_tokenizer(config.data, checkpoint.tokenizer_dir(workdir))
   if tokenizer.vocab_size > config.model.vocab_size:
     raise ValueError(f"tokenizer {config.data.tokenizer!r} has {tokenizer.vocab_size} "
@@ -219,13 +227,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
   abstract_state, state_shardings = train_state.shardings(init, logical_names,
                                                           param_shapes, mesh)
 
-  # Resume if this workdir has a checkpoint; refuse one from a different model.
-  manager = checkpoint.make_manager(workdir, config.train.keep_checkpoints,
-                                    config.train.keep_best, config.train.async_checkpoint)
-  latest = manager.latest_step()
+  # Resume if this workdir has a checkpoint.
   if latest is not None:
-    saved_config = checkpoint.read_config(manager, latest)
-    checkpoint.check_compatible(saved_config, config, workdir)
     try:
       state, data_state = checkpoint.restore(manager, latest, abstract_state)
       train_batches.set_state(data_state)
