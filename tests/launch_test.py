@@ -394,3 +394,16 @@ def test_tpu_vm_script_dry_run(tmp_path):
   proc = subprocess.run(["bash", script, "t", "z", "--parallel=2"], capture_output=True,
                         text=True, env=dict(os.environ, DRY_RUN="1"))
   assert proc.returncode == 2 and "one at a time" in proc.stderr
+
+
+def test_slurm_keeps_a_hand_edited_script(tmp_path):
+  cmd = [sys.executable, "-m", "launch.slurm", "--config", "configs/lm.py:size=xs",
+         "--workdir", str(tmp_path), "--sweep=opt.lr=1e-3,3e-3"]
+  subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, timeout=120)
+  script = tmp_path / "slurm_array.sh"
+  script.write_text(script.read_text() + "# my edit\n")
+  again = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+  assert "kept the earlier script as slurm_array.1.sh" in again.stdout
+  assert (tmp_path / "slurm_array.1.sh").read_text().endswith("# my edit\n")
+  assert "# my edit" not in script.read_text()
