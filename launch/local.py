@@ -11,8 +11,11 @@ The sweep comes from `config.sweep` (launch/sweep.py) or, for any config, from -
 axes; with --trials, random-search distributions). Every --config.KEY=VALUE given here is
 passed on to every run. Re-running the same command is how a sweep resumes: runs with a
 summary.json are skipped and the others re-run their own command, which resumes from their
-latest checkpoint. Each run's output goes to DIR/<run>/train.log; DIR/results.md is rewritten
-as runs finish. Ctrl-C forwards the signal, so the runs checkpoint before they stop.
+latest checkpoint. A DIR holding another sweep (a started run missing from this one, or with
+another command) is refused; a sweep that keeps every started run (a grid extended) is
+written, the earlier sweep.json kept as sweep.1.json. Each run's output goes to
+DIR/<run>/train.log; DIR/results.md is rewritten as runs finish. Ctrl-C forwards the signal,
+so the runs checkpoint before they stop.
 
 With --parallel N > 1 the machine's CPUs are split into N groups and each run is pinned to
 one (see child_env); on a GPU each run may use 0.9/N of its memory.
