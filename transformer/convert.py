@@ -3,6 +3,9 @@ r"""Hugging Face checkpoints <-> this project's model config and parameters.
     python -m transformer.convert --from_hf SRC_DIR --to WORKDIR   # HF directory -> a run dir
     python -m transformer.convert --from WORKDIR --to_hf DST_DIR   # and back
 
+Nothing saved is overwritten: --to must be new or empty (writing step 0 into a training run
+would prune its checkpoints), and --to_hf must hold no config.json, safetensors or checkpoints/.
+
     model_config, variables = convert.from_hf("gpt2_dir")
     logits_BLV = models.make_model(model_config).apply(variables, tokens_BL)
     convert.to_hf(model_config, variables, "out_dir")
@@ -15,9 +18,11 @@ express exactly. Only safetensors and numpy are used: converting needs no PyTorc
 """
 
 import json
+import logging as std_logging
 import os
 import re
 import shutil
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +34,7 @@ from flax.linen import meta
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from transformer import models
+from transformer import cli, models
 from transformer.hf_families import FAMILIES, family_of
 
 # Keys that choose how a model is computed or trained, not which function it is: free to
@@ -122,6 +127,21 @@ class Checkpoint:
                          f"of which {fam.model_type} keeps one copy")
       raise ValueError(f"{self.path}: tensor {name!r} is not part of the {fam.model_type} "
                        f"model we build (another architecture or head?)")
+
+
+def check_new_hf_dir(path: str) -> None:
+  """Refuse to export into a directory that holds a model or a run: config.json and the
+  tensors would be overwritten, and a stale model.safetensors next to a new sharded index (or
+  shards next to a new single file) would be the one transformers loads. Other files, say a
+  tokenizer put there first, are no obstacle."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise FileExistsError(f"{path} is a file; export to a new directory")
+  held = sorted(n for n in (os.listdir(path) if os.path.isdir(path) else ())
+                if n in ("config.json", "checkpoints") or n.endswith(".safetensors")
+                or n.startswith(SINGLE))
+  if held:
+    raise FileExistsError(f"{path} already holds {', '.join(held)}; export to a new directory "
+                          f"(nothing was written)")
 
 
 def _write_tensors(tensors: dict, path: str, max_shard_bytes: int) -> None:
@@ -261,7 +281,9 @@ def from_hf(path: str, **overrides) -> tuple[ml_collections.ConfigDict, dict]:
 
 def to_hf(cfg: ml_collections.ConfigDict, variables: dict, path: str,
           max_shard_bytes: int = 5 * 10**9) -> None:
-  """Write `path`/config.json and model.safetensors (or shards and an index) for transformers."""
+  """Write `path`/config.json and model.safetensors (or shards and an index) for transformers.
+  `path` must be new, empty, or hold no config.json, safetensors or checkpoints/."""
+  check_new_hf_dir(path)
   hf = hf_config(cfg)
   family = family_of(cfg)
   params = meta.unbox(variables.get("params", variables))
@@ -306,9 +328,20 @@ def special_ids(hf_config: dict, kind: str) -> dict:
           "eos": first(hf_config.get("eos_token_id"))}
 
 
+def check_new_workdir(workdir: str) -> None:
+  """Refuse a run directory that exists and is not empty. Saving step 0 with keep=1 would
+  prune a training run's checkpoints, its config.json would be overwritten and its
+  metrics.jsonl left beside a different model; a HF directory would lose its config.json."""
+  if os.path.exists(workdir) and not (os.path.isdir(workdir) and not os.listdir(workdir)):
+    raise FileExistsError(f"{workdir} already exists and is not empty; convert into a new "
+                          f"directory (nothing was written)")
+
+
 def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None) -> None:
   """Write a run directory holding these parameters as the checkpoint of step 0 (with the
-  source's tokenizer files and special ids when `tokenizer_dir` is a HF directory)."""
+  source's tokenizer files and special ids when `tokenizer_dir` is a HF directory).
+  `workdir` must not exist or be empty."""
+  check_new_workdir(workdir)
   import importlib
   from transformer import checkpoint  # deferred: orbax is only needed here
   config = importlib.import_module(EXPERIMENTS[cfg.kind]).get_config()
@@ -336,38 +369,76 @@ def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None)
   manager.close()
 
 
-def load_workdir(workdir: str, step: int | None = None):
-  """(model_config, variables) of a run directory's latest (or given) checkpoint."""
+class _ReadOnlyNoiseFilter(std_logging.Filter):
+  """Orbax warns three times that the read-only manager it was asked for is read only."""
+
+  def filter(self, record):
+    message = record.getMessage()
+    return not message.startswith(("CheckpointManagerOptions.read_only=True",
+                                    "Given directory is read only"))
+
+
+def load_workdir(workdir: str, step: int | None = None, for_hf: bool = False):
+  """(model_config, variables) of a run directory's latest (or given) checkpoint. With
+  `for_hf`, a model no Hugging Face family writes exactly is refused before any parameter
+  is read."""
   from transformer import checkpoint
   import orbax.checkpoint as ocp
+  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+    raise FileNotFoundError(f"{workdir}/checkpoints not found; give a run directory written by "
+                            f"transformer.train or --from_hf")
+  logger = logging.get_absl_logger()
+  if not any(isinstance(f, _ReadOnlyNoiseFilter) for f in logger.filters):
+    logger.addFilter(_ReadOnlyNoiseFilter())
   manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
                                   options=ocp.CheckpointManagerOptions(read_only=True))
-  step = manager.latest_step() if step is None else step
-  if step is None:
-    raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints")
-  cfg = checkpoint.read_config(manager, step).model
-  model = models.make_model(cfg)
-  abstract = jax.eval_shape(lambda: model.init(jax.random.key(0), *models.dummy_inputs(cfg)))
-  params = manager.restore(step, args=ocp.args.Composite(
-      params=ocp.args.StandardRestore(meta.unbox(abstract)["params"]))).params
-  manager.close()
+  try:
+    step = manager.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints")
+    cfg = checkpoint.read_config(manager, step).model
+    if for_hf:
+      hf_config(cfg)
+    model = models.make_model(cfg)
+    abstract = jax.eval_shape(lambda: model.init(jax.random.key(0), *models.dummy_inputs(cfg)))
+    params = manager.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(meta.unbox(abstract)["params"]))).params
+  finally:
+    manager.close()
   return cfg, {"params": params}
 
 
+USAGE = "use --from_hf SRC_DIR --to WORKDIR, or --from WORKDIR --to_hf DST_DIR"
+
+
 def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)  # orbax narrates every save at INFO
   src, out, workdir, dst = (_FLAGS[k].value for k in ("from_hf", "to", "from", "to_hf"))
-  if src and out:
+  # One line, not app.UsageError's page of module docstring, for a flag left out or mixed.
+  if len(argv) > 1:
+    raise SystemExit(f"error: unexpected arguments {argv[1:]}; {USAGE}")
+  if not ((src and out and not (workdir or dst)) or (workdir and dst and not (src or out))):
+    raise SystemExit(f"error: {USAGE}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # orbax narrates every save at INFO
+  try:
+    _convert(src, out, workdir, dst)
+  except (ValueError, FileNotFoundError, FileExistsError) as e:
+    # Input mistakes are the user's to fix: one line; --verbosity=1 adds the trace.
+    logging.debug("%s", traceback.format_exc())
+    raise SystemExit(f"error: {e}") from None
+
+
+def _convert(src, out, workdir, dst):
+  if src:
+    check_new_workdir(out)  # before reading a possibly large checkpoint
     cfg, variables = from_hf(src, dtype=_FLAGS.dtype, param_dtype=_FLAGS.dtype)
     save_workdir(cfg, variables, out, tokenizer_dir=src)
     print(f"{src} -> {out}: {cfg.kind}, {_count(variables):,} parameters")
-  elif workdir and dst:
-    cfg, variables = load_workdir(workdir, _FLAGS.step)
+  else:
+    check_new_hf_dir(dst)
+    cfg, variables = load_workdir(workdir, _FLAGS.step, for_hf=True)
     to_hf(cfg, variables, dst)
     print(f"{workdir} -> {dst}: {family_of(cfg).architecture}, {_count(variables):,} parameters")
-  else:
-    raise app.UsageError("use --from_hf SRC_DIR --to WORKDIR, or --from WORKDIR --to_hf DST_DIR")
 
 
 def _count(variables) -> int:
@@ -388,4 +459,4 @@ def _define_flags():
 
 if __name__ == "__main__":
   _FLAGS = _define_flags()
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)
