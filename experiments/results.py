@@ -10,9 +10,39 @@ import time
 import jax
 
 
-def write(results: dict, workdir: str, start: float, write_plots) -> dict:
-  """Adds wall time and machine, writes workdir/results.json (keys as a JSON reader sees
-  them: strings) and the experiment's plots and table; returns what was written."""
+def check_workdir(workdir: str, experiment: str) -> None:
+  """Refuse a workdir whose results.json another experiment (or something else) wrote: its
+  results.json and results.md would be overwritten with this experiment's. Call it before any
+  training, so the refusal costs nothing."""
+  path = os.path.join(workdir, "results.json")
+  if not os.path.exists(path):
+    return
+  writer = None
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+    writer = saved.get("experiment") or _command_module(saved.get("command", ""))
+  except (ValueError, AttributeError, TypeError):
+    pass  # not a results.json of ours: refused below like another experiment's
+  if writer != experiment:
+    raise ValueError(f"{path} was written by {writer or 'something other than an experiment'}"
+                     f", not {experiment}; use a new --workdir so it is not overwritten")
+
+
+def _command_module(command: str) -> str | None:
+  """The module of a recorded "python -m MODULE ..." (results.json before "experiment")."""
+  try:
+    words = shlex.split(command)
+  except ValueError:
+    return None
+  return words[words.index("-m") + 1] if "-m" in words[:-1] else None
+
+
+def write(results: dict, workdir: str, start: float, write_plots, experiment: str) -> dict:
+  """Adds wall time, machine and the writing experiment (`experiment`, its module), writes
+  workdir/results.json (keys as a JSON reader sees them: strings) and the experiment's plots
+  and table; returns what was written."""
+  results["experiment"] = experiment
   results["wall_time_s"] = time.time() - start
   results["machine"] = (f"{platform.machine()} ({cpu_model()}), {os.cpu_count()} cores, "
                         f"jax {jax.__version__} on {jax.default_backend()}")

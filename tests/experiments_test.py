@@ -5,6 +5,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -12,14 +13,29 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
+TINY = "configs/extrapolation.py:tiny=true,steps=4"
+
+
+def _command(module, config, workdir, *extra, check=True):
+  env = dict(os.environ, TFDS_DATA_DIR=str(workdir.parent / "tfds"))
+  return subprocess.run([sys.executable, "-m", module, "--config", config, "--workdir",
+                         str(workdir), *extra], cwd=ROOT, env=env, check=check,
+                        capture_output=True, text=True)
 
 
 def _run(module, config, workdir, *extra):
-  env = dict(os.environ, TFDS_DATA_DIR=str(workdir.parent / "tfds"))
-  subprocess.run([sys.executable, "-m", module, "--config", config, "--workdir", str(workdir),
-                  *extra], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+  _command(module, config, workdir, *extra)
   with open(workdir / "results.json") as f:
     return json.load(f)
+
+
+def _error(module, config, workdir, *extra) -> str:
+  """The one line a command that must refuse prints (no traceback)."""
+  proc = _command(module, config, workdir, *extra, check=False)
+  assert proc.returncode == 1, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-2000:]
+  return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +82,68 @@ def test_probes_outputs(extrapolation, tmp_path):
   assert all(0 <= w <= 1 for layer in census for w in layer)
   for name in ("agreement.png", "retrieval.png", "results.md"):
     assert (tmp_path / "probes" / name).stat().st_size > 0
+
+
+def _copy_run(extrapolation, name, scheme="none"):
+  """A new workdir (next to the fixture's, sharing its TFDS folder) holding a copy of one of
+  the fixture's finished runs, so a test can re-run on it without touching the fixture."""
+  workdir, _ = extrapolation
+  copy = workdir.parent / name
+  shutil.copytree(workdir / "runs" / scheme, copy / "runs" / scheme)
+  return copy
+
+
+def test_extrapolation_evaluation_cache_is_keyed_by_its_settings(extrapolation):
+  _, results = extrapolation
+  workdir = _copy_run(extrapolation, "resplit")  # its cache holds the fixture's evaluation
+  again = _run("experiments.extrapolation.run", TINY, workdir,
+               "--config.experiment.schemes=none", "--config.experiment.eval_split=test",
+               "--config.experiment.eval_tokens=256")
+  assert again["eval_tokens"] == 256
+  # Other tokens of another split: not the cached validation/512 numbers.
+  assert again["loss"]["none"] != results["loss"]["none"]
+  assert again["loss_sliding"]["none"] != results["loss_sliding"]["none"]
+  # The fixture's settings still find their entry: kept, not overwritten.
+  same = _run("experiments.extrapolation.run", TINY, workdir, "--config.experiment.schemes=none")
+  assert same["loss"]["none"] == results["loss"]["none"]
+
+
+def test_finished_run_of_another_config_is_refused(extrapolation):
+  workdir = _copy_run(extrapolation, "wider")
+  error = _error("experiments.extrapolation.run", TINY, workdir,
+                 "--config.experiment.schemes=none", "--config.model.d_model=128")
+  assert "model.d_model: 64 there vs 128 now" in error and "new --workdir" in error
+  assert not (workdir / "results.json").exists()
+
+
+@pytest.mark.parametrize("module,config,flag,message", [
+    ("experiments.extrapolation.run", TINY, "--config.experiment.schemes=none,bogus",
+     "unknown scheme 'bogus' in experiment.schemes"),
+    ("experiments.extrapolation.run", TINY, "--config.experiment.eval_tokens=100000000",
+     "need 100000000 (lower experiment.eval_tokens)"),
+    ("experiments.probes.run", "configs/probes.py:tiny=true,steps=4",
+     "--config.experiment.kv_schemes=rope,bogus",
+     "unknown scheme 'bogus' in experiment.kv_schemes"),
+])
+def test_bad_experiment_settings_are_one_line_before_training(extrapolation, module, config,
+                                                              flag, message):
+  workdir = extrapolation[0].parent / "bad"
+  error = _error(module, config, workdir, "--config.experiment.schemes=none", flag)
+  assert message in error
+  assert not workdir.exists() or not any(workdir.iterdir())  # nothing trained
+
+
+def test_probes_refuse_a_workdir_of_another_experiment(extrapolation):
+  lm_workdir, _ = extrapolation
+  # The extrapolation's results.json as one written before results.json named its
+  # experiment (only the command says it): the probes would overwrite it and results.md.
+  workdir = lm_workdir.parent / "probes_in_extrapolation"
+  workdir.mkdir()
+  saved = json.loads((lm_workdir / "results.json").read_text())
+  saved.pop("experiment", None)
+  (workdir / "results.json").write_text(json.dumps(saved))
+  error = _error("experiments.probes.run", "configs/probes.py:tiny=true,steps=4", workdir,
+                 f"--config.experiment.lm_workdir={lm_workdir}")
+  assert "written by experiments.extrapolation.run" in error and "new --workdir" in error
+  assert json.loads((workdir / "results.json").read_text()) == saved
+  assert sorted(p.name for p in workdir.iterdir()) == ["results.json"]

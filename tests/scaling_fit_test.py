@@ -236,3 +236,15 @@ def test_min_layers_leaves_shallow_runs_out_of_the_fits(tmp_path):
   assert result["excluded_runs"] == shallow
   assert result["num_runs"] == len(runs) - len(shallow)
   assert fit.fit_sweep(workdir, grid="coarse", bootstrap=0, plots=False)["excluded_runs"] == []
+
+
+def test_fit_cli_without_finished_runs_is_one_line(tmp_path):
+  (tmp_path / "started").mkdir()  # a run that never finished: no summary.json
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.scaling.fit", f"--workdir={tmp_path}"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines() == [
+      f"error: no finished runs (DIR/<run>/summary.json) under {tmp_path}; point --workdir at "
+      f"a sweep directory whose runs have finished"]
+  assert not (tmp_path / "fit.json").exists()

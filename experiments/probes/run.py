@@ -22,13 +22,14 @@ import ml_collections
 import numpy as np
 from absl import app, flags, logging
 
-from experiments.extrapolation.run import train_schemes
+from experiments.extrapolation.run import check_schemes, train_schemes
 from experiments import results as experiment_results
 from experiments.probes import heads, plots
 from transformer import checkpoint, cli, data, train
 from transformer.scoring import Scorer
 
 FLAGS = flags.FLAGS  # --config / --workdir: transformer.train's flags
+EXPERIMENT = "experiments.probes.run"  # recorded in results.json: who wrote it
 
 
 def _load(run_dir):
@@ -98,16 +99,19 @@ def main(argv):
   config, workdir = cli.config(FLAGS["config"]), FLAGS.workdir
   if config is None or not workdir:
     raise app.UsageError("--config and --workdir are required")
+  try:
+    run(config, workdir)
+  except (ValueError, FileNotFoundError) as e:
+    # Config and data mistakes are the user's to fix: one line, as transformer.train says them.
+    raise SystemExit(f"error: {e}") from None
+
+
+def run(config, workdir: str) -> None:
   train.configure_host()
   logging.set_verbosity(logging.ERROR)
   start = time.time()
   exp = config.experiment
   schemes = [s for s in str(exp.schemes).split(",") if s]
-  os.makedirs(workdir, exist_ok=True)
-
-  lm_dir = exp.lm_workdir or os.path.join(workdir, "lm")
-  lm_config = ml_collections.ConfigDict(config.to_dict())
-  train_schemes(lm_config, lm_dir, schemes)
   kv_config = ml_collections.ConfigDict(config.to_dict())
   kv_config.data.name = "kv_retrieval"
   kv_config.data.num_pairs = exp.kv_train_pairs
@@ -118,6 +122,17 @@ def main(argv):
   kv_config.opt.lr = exp.kv_lr
   kv_dir = os.path.join(workdir, "kv")
   kv_schemes = [s for s in str(exp.kv_schemes).split(",") if s]
+  # Both sets of schemes and the workdir are checked before anything trains.
+  lm_dir = exp.lm_workdir or os.path.join(workdir, "lm")
+  lm_config = ml_collections.ConfigDict(config.to_dict())
+  check_schemes(lm_config, schemes)
+  check_schemes(kv_config, kv_schemes, "experiment.kv_schemes")
+  # An extrapolation workdir given as --workdir (say, the same as lm_workdir) would have its
+  # results.json and results.md overwritten by the probes'.
+  experiment_results.check_workdir(workdir, EXPERIMENT)
+  os.makedirs(workdir, exist_ok=True)
+
+  train_schemes(lm_config, lm_dir, schemes)
   train_schemes(kv_config, kv_dir, kv_schemes)
 
   results = {"agreement": {}, "retrieval": {}, "retrieval_shape": {},
@@ -139,7 +154,7 @@ def main(argv):
   results["attention_maps"] = heads.maps_and_summary(
       cfg, params, tokenizer, exp.map_sentence, exp.map_layer, workdir, exp)
   results["attention_maps"]["scheme"] = scheme
-  experiment_results.write(results, workdir, start, plots.write_all)
+  experiment_results.write(results, workdir, start, plots.write_all, EXPERIMENT)
 
 if __name__ == "__main__":
   app.run(main, flags_parser=cli.parse_flags)

@@ -284,7 +284,8 @@ def load_runs(workdir: str, params: str = "non_embedding") -> dict:
   rows = [r for r in sweep.read_sweep(workdir) if r["summary"]]
   rows = [r for r in rows if np.isfinite(r["summary"].get("final_eval_loss", np.nan))]
   if not rows:
-    raise ValueError(f"no finished runs (DIR/<run>/summary.json) under {workdir}")
+    raise ValueError(f"no finished runs (DIR/<run>/summary.json) under {workdir}; point "
+                     f"--workdir at a sweep directory whose runs have finished")
   s = [r["summary"] for r in rows]
   out = dict(name=[r["name"] for r in rows],
              N=np.array([x[f"params_{params}"] for x in s], np.float64),
@@ -438,8 +439,13 @@ def main(argv):
   del argv
   from absl import flags
   f = flags.FLAGS
-  result = fit_sweep(f.workdir, params=f.params, grid=f.grid, bootstrap=f.bootstrap,
-                     seed=f.seed, min_layers=f.min_layers)
+  try:
+    result = fit_sweep(f.workdir, params=f.params, grid=f.grid, bootstrap=f.bootstrap,
+                       seed=f.seed, min_layers=f.min_layers)
+  except (ValueError, FileNotFoundError) as e:
+    # A sweep directory without finished runs, or too few to fit: one line, as
+    # transformer.train says such mistakes.
+    raise SystemExit(f"error: {e}") from None
   for name in ("chinchilla", "isoflop", "kaplan", "frontier"):
     part = result[name]
     if "error" in part:
