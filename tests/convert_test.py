@@ -569,3 +569,30 @@ def test_generate_from_a_converted_checkpoint(reference, name, tmp_path):
   ids = ids.tolist()
   ids = ids[:ids.index(tok.eos_id)] if tok.eos_id in ids else ids
   assert out.strip() == tok.decode(ids).strip()
+
+
+def test_a_bytes_tokenizer_run_round_trips_with_its_tokenizer(tmp_path):
+  """A run trained on the built-in bytes tokenizer, exported and imported back, generates:
+  the export names the tokenizer and its special ids in config.json."""
+  import subprocess
+  import sys
+  from transformer import checkpoint
+  from transformer.data import tokenizers
+  cfg = _ours("llama", num_layers=1, vocab_size=tokenizers.BytesTokenizer.vocab_size)
+  run, hf, back = (str(tmp_path / n) for n in ("run", "hf", "back"))
+  convert.save_workdir(cfg, _init(cfg), run)
+  with open(os.path.join(run, "config.json")) as f:
+    config = json.load(f)
+  config["data"]["tokenizer"] = "bytes"  # as transformer.train leaves a bytes run
+  with open(os.path.join(run, "config.json"), "w") as f:
+    json.dump(config, f)
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  for args in (["--from", run, "--to_hf", hf], ["--from_hf", hf, "--to", back]):
+    subprocess.run([sys.executable, "-m", "transformer.convert", *args], cwd=root, check=True,
+                   capture_output=True)
+  with open(os.path.join(hf, "config.json")) as f:
+    written = json.load(f)
+  assert (written["bos_token_id"], written["eos_token_id"], written["pad_token_id"]) == (1, 2, 0)
+  config, _, params, tokenizer = checkpoint.load_for_inference(back)
+  assert config.data.tokenizer == "bytes" and isinstance(tokenizer, tokenizers.BytesTokenizer)
+  assert tokenizer.decode(tokenizer.encode("The keys")) == "The keys"

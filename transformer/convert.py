@@ -317,6 +317,36 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "generation_config.json")
 
 
+# A run trained on the built-in bytes tokenizer has no file transformers reads: the export
+# names it (and its special ids) in config.json, so importing the export back restores it.
+TOKENIZER_KEY = "transformer_tokenizer"
+BUILTIN_TOKENIZERS = ("bytes",)
+
+
+def export_tokenizer(workdir: str, dst: str, kind: str) -> str:
+  """Put a run's tokenizer beside its exported model; returns what was done, for the log."""
+  from transformer import checkpoint
+  from transformer.data import tokenizers
+  path = os.path.join(workdir, "config.json")
+  name = _read_json(path).get("data", {}).get("tokenizer") if os.path.exists(path) else None
+  if name == HF_TOKENIZER:
+    source = checkpoint.tokenizer_dir(workdir)
+    copied = [n for n in TOKENIZER_FILES if os.path.exists(os.path.join(source, n))]
+    for n in copied:
+      shutil.copyfile(os.path.join(source, n), os.path.join(dst, n))
+    return f"tokenizer files {', '.join(copied) or '(none found)'} copied"
+  if name in BUILTIN_TOKENIZERS:
+    hf = _read_json(os.path.join(dst, "config.json"))
+    hf.update({TOKENIZER_KEY: name, "pad_token_id": tokenizers.PAD_ID,
+               "bos_token_id": tokenizers.BOS_ID, "eos_token_id": tokenizers.EOS_ID})
+    if kind == "encoder_decoder":  # our decoders start from BOS
+      hf["decoder_start_token_id"] = tokenizers.BOS_ID
+    with open(os.path.join(dst, "config.json"), "w") as f:
+      json.dump(hf, f, indent=2, sort_keys=True)
+    return f"the {name} tokenizer and its special ids recorded in config.json"
+  return f"data.tokenizer={name!r} is not exported: ship its files with the model yourself"
+
+
 def special_ids(hf_config: dict, kind: str) -> dict:
   """The model's own special ids, for transformer.data's 'huggingface' tokenizer. An
   encoder-decoder's decoder starts from decoder_start_token_id (T5: the pad id)."""
@@ -346,12 +376,16 @@ def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None)
   from transformer import checkpoint  # deferred: orbax is only needed here
   config = importlib.import_module(EXPERIMENTS[cfg.kind]).get_config()
   config.model = cfg
-  config.data.tokenizer = HF_TOKENIZER
+  hf = _read_json(os.path.join(tokenizer_dir, "config.json")) if tokenizer_dir else {}
+  has_files = tokenizer_dir and any(os.path.exists(os.path.join(tokenizer_dir, n))
+                                    for n in TOKENIZER_FILES)
+  config.data.tokenizer = (hf[TOKENIZER_KEY] if hf.get(TOKENIZER_KEY) in BUILTIN_TOKENIZERS
+                           and not has_files else HF_TOKENIZER)
   config.data.seq_len = min(config.data.seq_len, cfg.max_len)  # init traces this length
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json(indent=2, sort_keys=True) + "\n")
-  if tokenizer_dir:
+  if tokenizer_dir and config.data.tokenizer == HF_TOKENIZER:
     out = checkpoint.tokenizer_dir(workdir)
     os.makedirs(out, exist_ok=True)
     for name in TOKENIZER_FILES:
@@ -438,7 +472,9 @@ def _convert(src, out, workdir, dst):
     check_new_hf_dir(dst)
     cfg, variables = load_workdir(workdir, _FLAGS.step, for_hf=True)
     to_hf(cfg, variables, dst)
-    print(f"{workdir} -> {dst}: {family_of(cfg).architecture}, {_count(variables):,} parameters")
+    note = export_tokenizer(workdir, dst, cfg.kind)
+    print(f"{workdir} -> {dst}: {family_of(cfg).architecture}, {_count(variables):,} "
+          f"parameters; {note}")
 
 
 def _count(variables) -> int:
