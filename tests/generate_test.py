@@ -68,12 +68,20 @@ def test_cli_refuses_bad_settings_in_one_line(lm_workdir):
     (dict(beam_size=0), "beam_size must be >= 1"),
     (dict(beam_size=2, temperature=0.7), "beam search is deterministic"),
     (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
+    (dict(beam_size=4, length_penalty=-1.0), r"--length_penalty must be >= 0"),
+    (dict(beam_size=4, length_penalty=float("nan")), r"--length_penalty must be >= 0"),
 ])
 def test_bad_settings_fail_before_loading(tmp_path, kwargs, message):
   args = dict(prompt="x")
   args.update(kwargs)
   with pytest.raises(ValueError, match=message):
     generate.continuation(str(tmp_path), args.pop("prompt"), **args)
+
+
+def test_a_step_that_was_not_saved_lists_the_saved_ones(lm_workdir):
+  with pytest.raises(FileNotFoundError, match=r"no checkpoint of step 99 under .*; saved "
+                                              r"steps: \[\d"):
+    generate.continuation(lm_workdir, "x", step=99)
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):

@@ -134,3 +134,13 @@ def test_cli_rejects_unknown_keys():
       [sys.executable, "-m", "transformer.inspect", "--config", "configs/arch/gpt2_small.py",
        "--config.model.num_kv_head=1"], capture_output=True, text=True, cwd=ROOT)
   assert out.returncode != 0 and "num_kv_head" in out.stderr
+
+
+@pytest.mark.parametrize("name,kwargs,message", [
+    ("llama3_8b", dict(length=-5), "--length must be >= 1"),
+    ("llama3_8b", dict(new_tokens=-3), "--new_tokens >= 0"),
+    ("gpt2_small", dict(length=5000), r"exceeds the learned position table \(model.max_len=1024"),
+])
+def test_impossible_lengths_are_refused(name, kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    inspect.report(ARCH[name], **kwargs)

@@ -156,6 +156,24 @@ def test_attention_weights_are_captured_per_layer_and_head():
     (dict(ffn="swish"), "valid: .*swiglu"),
     (dict(norm="batchnorm"), "valid: .*rmsnorm"),
     (dict(position=position_config("xpos")), "valid: .*alibi"),
+    # Out of range: each used to fail deep in init, train on NaNs, or train on nothing.
+    (dict(num_kv_heads=-1), r"model.num_kv_heads must be >= 0"),
+    (dict(head_dim=-4), r"model.head_dim must be >= 0"),
+    (dict(num_decoder_layers=-3), r"model.num_decoder_layers must be >= 0"),
+    (dict(norm_eps=-1.0), r"model.norm_eps must be >= 0"),
+    (dict(attention_chunk=0), r"model.attention_chunk must be positive"),
+    (dict(dropout_rate=1.5), r"model.dropout_rate must be in \[0, 1\)"),
+    (dict(attention_dropout_rate=1.0), r"model.attention_dropout_rate must be in \[0, 1\)"),
+    (dict(position=position_config("rope", rotary_fraction=1.5)), "rotary_fraction must be in"),
+    (dict(position=position_config("rope", theta=0.0)), "theta must be positive"),
+    (dict(position=position_config("rope", scaling="linear", scaling_factor=0.0)),
+     "scaling_factor >= 1"),
+    (dict(position=position_config("rope", scaling="llama3", scaling_factor=8.0,
+                                   low_freq_factor=4.0, high_freq_factor=1.0)),
+     "low_freq_factor < high_freq_factor"),
+    (dict(position=position_config("sinusoidal", max_wavelength=0.0)), "max_wavelength must"),
+    (dict(position=position_config("t5_bias", num_buckets=0)), "num_buckets >= 4"),
+    (dict(position=position_config("t5_bias", max_distance=0)), "max_distance > num_buckets"),
 ])
 def test_bad_configs_raise_clear_errors(overrides, message):
   with pytest.raises(ValueError, match=message):

@@ -158,6 +158,9 @@ def load_for_inference(workdir: str, step: int | None = None):
   step = manager.latest_step() if step is None else step
   if step is None:
     raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints")
+  if step not in manager.all_steps():
+    raise FileNotFoundError(f"no checkpoint of step {step} under {workdir}/checkpoints; "
+                            f"saved steps: {sorted(manager.all_steps())}")
   config = read_config(manager, step)
   model = models.make_model(config.model)
   _, abstract = train_state.abstract_params(model, config)

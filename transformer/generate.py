@@ -32,6 +32,8 @@ def continuation(workdir: str, prompt: str, *, max_new_tokens: int = 64,
                      "use --beam_size=1.")
   if not prompt:
     raise ValueError("empty --prompt: give some text to condition on.")
+  if not length_penalty >= 0:  # NaN too
+    raise ValueError(f"--length_penalty must be >= 0 (0 = none), got {length_penalty}.")
   _, model_config, params, tokenizer = checkpoint.load_for_inference(workdir, step)
   decode.check_model(model_config)
   model = models.make_model(model_config)

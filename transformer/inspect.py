@@ -129,7 +129,14 @@ def comparisons(n_new: int, prompt: int = 0) -> dict:
 def report(cfg: ml_collections.ConfigDict, length: int | None = None, dtype: str = "bfloat16",
            new_tokens: int = 40) -> dict:
   model = cfg.model if "model" in cfg else cfg
-  length = length or model.max_len
+  models.validate(model)
+  length = model.max_len if length is None else length
+  if length < 1 or new_tokens < 0:
+    raise ValueError(f"--length must be >= 1 and --new_tokens >= 0, got {length} and "
+                     f"{new_tokens}")
+  if model.position.name == "learned" and length > model.max_len:
+    raise ValueError(f"--length={length} exceeds the learned position table "
+                     f"(model.max_len={model.max_len}); pass a shorter --length")
   dbytes = DTYPE_BYTES[dtype]
   params = count_params(model)
   flops = flops_per_token(model, model.max_len, params["non_embedding"])
@@ -208,8 +215,11 @@ def main(argv):
   FLAGS = flags.FLAGS
   config = cli.config(FLAGS["config"])
   if config is None:
-    sys.exit("--config is required, e.g. --config configs/arch/llama3_8b.py")
-  r = report(config, FLAGS.length, FLAGS.dtype, FLAGS.new_tokens)
+    sys.exit("error: --config is required, e.g. --config configs/arch/llama3_8b.py")
+  try:
+    r = report(config, FLAGS.length, FLAGS.dtype, FLAGS.new_tokens)
+  except ValueError as e:
+    raise SystemExit(f"error: {e}") from None
   if FLAGS.json:
     print(json.dumps(r, indent=1))
   else:

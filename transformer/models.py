@@ -256,6 +256,16 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   for key in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_len"):
     if cfg[key] < 1:
       raise ValueError(f"model.{key} must be positive, got {cfg[key]}.")
+  for key in ("num_kv_heads", "head_dim", "num_token_types", "num_encoder_layers",
+              "num_decoder_layers", "qk_scale", "norm_eps"):
+    if cfg[key] < 0:
+      raise ValueError(f"model.{key} must be >= 0 (0 = the default), got {cfg[key]}.")
+  if cfg.attention_chunk < 1:
+    raise ValueError(f"model.attention_chunk must be positive, got {cfg.attention_chunk}.")
+  for key in ("dropout_rate", "attention_dropout_rate"):
+    if not 0 <= cfg[key] < 1:
+      raise ValueError(f"model.{key} must be in [0, 1), got {cfg[key]}.")
+  _validate_position(cfg.position)
   if not cfg.head_dim and cfg.d_model % cfg.num_heads:
     raise ValueError(f"model.d_model={cfg.d_model} is not divisible by model.num_heads="
                      f"{cfg.num_heads}; change one or set model.head_dim explicitly.")
@@ -270,6 +280,30 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     raise ValueError(f"model.window must be >= 0 (0 = unlimited), got {cfg.window}.")
   if cfg.scale_tied_logits and not cfg.tie_embeddings:
     raise ValueError("model.scale_tied_logits needs model.tie_embeddings=True.")
+
+
+def _validate_position(p: ml_collections.ConfigDict) -> None:
+  """The ranges each scheme's formula needs; outside them it trains on NaNs or nothing."""
+  if p.name == "rope":
+    if not 0 < p.rotary_fraction <= 1:
+      raise ValueError(f"model.position.rotary_fraction must be in (0, 1], got "
+                       f"{p.rotary_fraction}.")
+    if p.theta <= 0:
+      raise ValueError(f"model.position.theta must be positive, got {p.theta}.")
+    if p.scaling != "none" and p.scaling_factor < 1:
+      raise ValueError(f"model.position.scaling={p.scaling!r} extends the context by "
+                       f"scaling_factor >= 1, got {p.scaling_factor}.")
+    if p.scaling == "llama3" and not 0 < p.low_freq_factor < p.high_freq_factor:
+      raise ValueError(f"llama3 scaling needs 0 < model.position.low_freq_factor < "
+                       f"high_freq_factor, got {p.low_freq_factor} and {p.high_freq_factor}.")
+  if p.name == "sinusoidal" and p.max_wavelength <= 0:
+    raise ValueError(f"model.position.max_wavelength must be positive, got "
+                     f"{p.max_wavelength}.")
+  if p.name == "t5_bias" and not (p.num_buckets >= 4 and p.max_distance > p.num_buckets // 2):
+    # Half the buckets (a quarter, bidirectional) are exact offsets; the log-spaced rest
+    # need max_distance beyond them.
+    raise ValueError(f"t5_bias needs model.position.num_buckets >= 4 and max_distance > "
+                     f"num_buckets // 2, got {p.num_buckets} and {p.max_distance}.")
 
 
 def make_model(cfg: ml_collections.ConfigDict) -> nn.Module:
