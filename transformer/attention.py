@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import struct
 
-from transformer import projection
+from transformer import cpu_attention, projection
 from transformer.positions import AttentionTerms
 
 
@@ -465,11 +465,26 @@ def block_local_mask(layout: Layout, block: int) -> jax.Array:
   return (layout.mask()[:, 0] & ((qb == kb) | (qb == kb + 1)))[:, None]
 
 
+def fused_cpu(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
+  """The fused CPU kernel (transformer/cpu_attention.cc: AVX-512, float32): each tile of 64
+  queries keeps its scores in cache, the backward pass recomputes them (FlashAttention-2)."""
+  if (why := cpu_attention.refusal(q_BLNH, k_BSKH, layout, terms)) is not None:
+    raise ValueError(f"model.attention='fused_cpu': {why}; use 'auto' or 'query_blocks'.")
+  out = cpu_attention.attention(q_BLNH, k_BSKH, v_BSKH, layout, scale=scale)
+  return out.astype(q_BLNH.dtype)
+
+
 def auto(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
-  """cuDNN on GPU in half precision; chunked once the score matrix would not fit comfortably
-  (64M scores per head group); otherwise query_blocks on CPU, dense elsewhere."""
+  """cuDNN on GPU in half precision; on CPU the fused kernel where it applies (float32, no
+  score bias, window or prefix, head size a multiple of 16, at least one full tile of 64
+  queries: a decoding step's single query would waste the rest of the tile; it needs AVX-512
+  and a C++ compiler); otherwise chunked once the score matrix would not fit comfortably
+  (64M scores per head group), query_blocks on CPU, dense elsewhere."""
   if jax.default_backend() == "gpu" and q_BLNH.dtype in (jnp.bfloat16, jnp.float16):
     return cudnn(q_BLNH, k_BSKH, v_BSKH, layout, terms, scale=scale, cfg=cfg)
+  if (q_BLNH.shape[1] >= cpu_attention.QUERY_TILE
+      and cpu_attention.refusal(q_BLNH, k_BSKH, layout, terms) is None):
+    return fused_cpu(q_BLNH, k_BSKH, v_BSKH, layout, terms, scale=scale, cfg=cfg)
   if q_BLNH.shape[1] * k_BSKH.shape[1] > 8192 * 8192:
     return chunked(q_BLNH, k_BSKH, v_BSKH, layout, terms, scale=scale, cfg=cfg)
   if jax.default_backend() == "cpu":
@@ -478,7 +493,8 @@ def auto(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
 
 
 IMPLEMENTATIONS = {"dense": dense, "chunked": chunked, "query_blocks": query_blocks,
-                   "cudnn": cudnn, "linear": linear, "block_sparse": block_sparse, "auto": auto}
+                   "fused_cpu": fused_cpu, "cudnn": cudnn, "linear": linear,
+                   "block_sparse": block_sparse, "auto": auto}
 
 
 def get_implementation(name: str):

@@ -1,6 +1,7 @@
 r"""Training throughput of the real train step on two fixed decoder workloads, fp32, CPU.
 
     python -m experiments.benchmarks.train_throughput [--workloads W1,W2] [--steps 10]
+        [--attention auto]
 
 W1: vocab 256, d_model 256, 4 layers, 4 heads, d_ff 1024 (GELU), learned positions,
     context 256, batch 16, AdamW.
@@ -43,8 +44,8 @@ from absl import app, flags
 
 from configs import common
 from experiments import results as experiment_results
-from transformer import (inspect, models, objectives, optim, sharding, throughput, train,
-                         train_state)
+from transformer import (cpu_attention, inspect, models, objectives, optim, sharding,
+                         throughput, train, train_state)
 
 # One XLA:CPU device per core, data-parallel (the train command's --cpu_devices=0); pass
 # --cpu_devices=1 for the train command's default, one device using every core.
@@ -52,6 +53,9 @@ flags.FLAGS.set_default("cpu_devices", 0)
 _WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per workload (median reported).")
 _PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matrix size of the jnp.dot peak measurement.")
+_ATTENTION = flags.DEFINE_string(
+    "attention", "auto", "model.attention for both workloads (e.g. query_blocks to compare "
+    "XLA's blockwise attention with auto's fused CPU kernel).")
 
 WORKLOADS = {
     "W1": dict(model=dict(d_model=256, num_layers=4, num_heads=4, d_ff=1024),
@@ -70,6 +74,7 @@ def experiment(name: str):
   config = common.experiment_config(model, data, common.objective_config("lm"),
                                     batch_size=w["batch_size"], steps=1000)
   config.opt.name = "adamw"
+  config.model.attention = _ATTENTION.value
   return config
 
 
@@ -146,6 +151,11 @@ def main(argv):
         f"({experiment_results.cpu_model()}), {jax.devices()[0].device_kind} x{jax.device_count()}, "
         f"jax {jax.__version__}; load average {os.getloadavg()[0]:.1f}; freed host memory "
         f"{'retained' if retained else 'returned to the kernel'}")
+  why_not = cpu_attention.unavailable()
+  print(f"model.attention={_ATTENTION.value!r}" + (
+      "" if _ATTENTION.value != "auto" else
+      " -> fused_cpu (transformer/cpu_attention.cc)" if why_not is None else
+      f" -> query_blocks ({why_not})"))
   peak_before = throughput.measure_matmul_peak(_PEAK_N.value, repeats=5)
   results = [measure(name) for name in _WORKLOADS.value]
   peak_after = throughput.measure_matmul_peak(_PEAK_N.value, repeats=5)

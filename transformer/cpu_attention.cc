@@ -1,0 +1,382 @@
+// Fused exact attention for x86 CPUs with AVX-512, float32, as two XLA FFI custom calls.
+//
+// XLA:CPU cannot fuse a product with the softmax that follows it, so its blockwise attention
+// writes every block of scores to memory and reads it back several times. Here one tile
+// (one batch row, one head, 64 queries) keeps its scores in cache from the q.k product to
+// the p.v product, and the backward pass recomputes them from the saved log-sum-exp
+// (FlashAttention-2's scheme) instead of storing the probabilities. The tile is key-major
+// ([keys, 64 queries]) so the softmax runs down the columns: every step is a full-width
+// vector operation over 64 queries, and the products read k and v in place.
+//
+// The mask is transformer.attention.Layout's: a query sees a key of its own nonzero segment,
+// and, if causal, only keys whose index is not after its own. `offset` (the Layout's
+// index_offset, when known) lets a causal tile skip the keys after its last query.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int QB = 64;       // queries per tile
+constexpr int NQ = QB / 16;  // vectors per key row of a tile
+
+// C[M x 16*NV] (= or +=) A[M x Kd] . B[Kd x 16*NV], A(m, k) = A[m*am + k*ak], B's rows ldb
+// apart. B's vectors stay in registers and A's scalars are broadcast: 6 rows x 4 vectors is
+// 24 accumulators, enough to hide the FMA latency (4 rows reach only half the peak).
+template <int MR, int NV>
+inline void micro(int Kd, const float* A, long am, long ak, const float* B, long ldb, float* C,
+                  long ldc, bool acc) {
+  __m512 c[MR][NV];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v)
+      c[m][v] = acc ? _mm512_loadu_ps(C + m * ldc + 16 * v) : _mm512_setzero_ps();
+  for (int k = 0; k < Kd; ++k) {
+    __m512 b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_ps(B + k * ldb + 16 * v);
+    for (int m = 0; m < MR; ++m) {
+      __m512 a = _mm512_set1_ps(A[m * am + k * ak]);
+      for (int v = 0; v < NV; ++v) c[m][v] = _mm512_fmadd_ps(a, b[v], c[m][v]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + m * ldc + 16 * v, c[m][v]);
+}
+
+template <int NV>
+inline void panel(int M, int Kd, const float* A, long am, long ak, const float* B, long ldb,
+                  float* C, long ldc, bool acc) {
+  int m = 0;
+  for (; m + 6 <= M; m += 6) micro<6, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
+  for (; m + 2 <= M; m += 2) micro<2, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
+  for (; m < M; ++m) micro<1, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
+}
+
+// N must be a multiple of 16 (the head size and the tile width are).
+void gemm(int M, int N, int Kd, const float* A, long am, long ak, const float* B, long ldb,
+          float* C, long ldc, bool acc) {
+  int n = 0;
+  for (; n + 64 <= N; n += 64) panel<4>(M, Kd, A, am, ak, B + n, ldb, C + n, ldc, acc);
+  for (; n + 32 <= N; n += 32) panel<2>(M, Kd, A, am, ak, B + n, ldb, C + n, ldc, acc);
+  for (; n < N; n += 16) panel<1>(M, Kd, A, am, ak, B + n, ldb, C + n, ldc, acc);
+}
+
+// exp(x) for x <= 0 (a score minus its row's max or log-sum-exp); 0 for x < -87 and -inf.
+// Cody-Waite reduction and Cephes' expf polynomial: within 2 ulp of expf.
+inline __m512 exp_nonpositive(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.f);
+  __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_setzero_ps());
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
+}
+
+struct Dims {
+  long B, L, S, N, K, H;
+  float scale;
+  bool causal;
+  bool offset_known;
+  long offset;
+};
+
+// One tile: batch row b, query head n (key/value head kh), queries [q0, q0 + rows), keys
+// [0, nk). Arrays are [B, L, N, H] (queries) and [B, S, K, H] (keys, values).
+struct Tile {
+  const Dims& d;
+  long b, n, kh, q0, rows, nk;
+  Tile(const Dims& d, long b, long n, long q0) : d(d), b(b), n(n), kh(n / (d.N / d.K)), q0(q0) {
+    rows = std::min<long>(QB, d.L - q0);
+    nk = d.S;
+    if (d.causal && d.offset_known) nk = std::min(d.S, std::max(0L, q0 + rows + d.offset));
+  }
+  template <class T> T* q_rows(T* x) const { return x + ((b * d.L + q0) * d.N + n) * d.H; }
+  template <class T> T* kv_rows(T* x) const { return x + (b * d.S * d.K + kh) * d.H; }
+  long ldq() const { return d.N * d.H; }
+  long ldk() const { return d.K * d.H; }
+};
+
+// xT[H x QB] = mult * the tile's rows of x, zeros past them.
+void pack_transposed(const Tile& t, const float* x, float mult, float* xT) {
+  const float* src = t.q_rows(x);
+  for (long h = 0; h < t.d.H; ++h)
+    for (long i = 0; i < QB; ++i) xT[h * QB + i] = i < t.rows ? src[i * t.ldq() + h] * mult : 0.f;
+}
+
+// sT[nk x QB] = k . (scale q)^T, -inf where a query may not see a key; mx = column maxima.
+// Queries past the tile's rows get segment 0, so they see nothing.
+void masked_scores(const Tile& t, const float* k, const float* qT, const int32_t* qseg,
+                   const int32_t* kseg, const int32_t* qidx, const int32_t* kidx, float* sT,
+                   __m512* mx) {
+  gemm(t.nk, QB, t.d.H, t.kv_rows(k), t.ldk(), 1, qT, QB, sT, QB, false);
+  __m512i qs[NQ], qi[NQ];
+  for (int v = 0; v < NQ; ++v) {
+    alignas(64) int32_t s[16], i[16];
+    for (int u = 0; u < 16; ++u) {
+      long r = 16 * v + u;
+      s[u] = r < t.rows ? qseg[t.b * t.d.L + t.q0 + r] : 0;
+      i[u] = r < t.rows ? qidx[t.b * t.d.L + t.q0 + r] : 0;
+    }
+    qs[v] = _mm512_load_si512(s);
+    qi[v] = _mm512_load_si512(i);
+    mx[v] = _mm512_set1_ps(-INFINITY);
+  }
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (long j = 0; j < t.nk; ++j) {
+    int32_t ks = kseg[t.b * t.d.S + j], ki = kidx[t.b * t.d.S + j];
+    float* row = sT + j * QB;
+    for (int v = 0; v < NQ; ++v) {
+      __mmask16 ok = ks == 0 ? 0 : _mm512_cmpeq_epi32_mask(qs[v], _mm512_set1_epi32(ks));
+      if (t.d.causal) ok &= _mm512_cmpge_epi32_mask(qi[v], _mm512_set1_epi32(ki));
+      __m512 x = _mm512_mask_blend_ps(ok, ninf, _mm512_loadu_ps(row + 16 * v));
+      _mm512_storeu_ps(row + 16 * v, x);
+      mx[v] = _mm512_max_ps(mx[v], x);
+    }
+  }
+}
+
+// out, lse for one tile. A query that sees no key gets zeros and lse = +inf.
+void forward_tile(const Tile& t, const float* q, const float* k, const float* v,
+                  const int32_t* qseg, const int32_t* kseg, const int32_t* qidx,
+                  const int32_t* kidx, float* out, float* lse, float* qT, float* sT) {
+  const Dims& d = t.d;
+  float* o = t.q_rows(out);
+  float* l = lse + (t.b * d.N + t.n) * d.L + t.q0;
+  if (t.nk == 0) {
+    for (long i = 0; i < t.rows; ++i) {
+      l[i] = INFINITY;
+      std::memset(o + i * t.ldq(), 0, d.H * sizeof(float));
+    }
+    return;
+  }
+  pack_transposed(t, q, d.scale, qT);
+  __m512 mx[NQ], sum[NQ];
+  masked_scores(t, k, qT, qseg, kseg, qidx, kidx, sT, mx);
+  for (int u = 0; u < NQ; ++u) {  // a column that sees nothing subtracts 0, not -inf (no NaN)
+    __mmask16 none = _mm512_cmp_ps_mask(mx[u], _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    mx[u] = _mm512_mask_blend_ps(none, mx[u], _mm512_setzero_ps());
+    sum[u] = _mm512_setzero_ps();
+  }
+  for (long j = 0; j < t.nk; ++j) {
+    float* row = sT + j * QB;
+    for (int u = 0; u < NQ; ++u) {
+      __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * u), mx[u]));
+      _mm512_storeu_ps(row + 16 * u, e);
+      sum[u] = _mm512_add_ps(sum[u], e);
+    }
+  }
+  // Unnormalized out = e . v, then each row divided by its sum (64 x H, not nk x 64, divides).
+  gemm(t.rows, d.H, t.nk, sT, 1, QB, t.kv_rows(v), t.ldk(), o, t.ldq(), false);
+  alignas(64) float m_[QB], s_[QB];
+  for (int u = 0; u < NQ; ++u) {
+    _mm512_store_ps(m_ + 16 * u, mx[u]);
+    _mm512_store_ps(s_ + 16 * u, sum[u]);
+  }
+  for (long i = 0; i < t.rows; ++i) {
+    float inv = s_[i] > 0 ? 1.f / s_[i] : 0.f;
+    l[i] = s_[i] > 0 ? m_[i] + std::log(s_[i]) : INFINITY;
+    float* row = o + i * t.ldq();
+    for (long h = 0; h < d.H; ++h) row[h] *= inv;
+  }
+}
+
+// dq for the tile's rows; dk, dv of keys [0, nk) accumulate (the caller owns head kh).
+void backward_tile(const Tile& t, const float* q, const float* k, const float* v,
+                   const int32_t* qseg, const int32_t* kseg, const int32_t* qidx,
+                   const int32_t* kidx, const float* out, const float* lse, const float* dout,
+                   float* dq, float* dk, float* dv, float* qT, float* gT, float* sT, float* dT) {
+  const Dims& d = t.d;
+  if (t.nk == 0) {
+    for (long i = 0; i < t.rows; ++i) std::memset(t.q_rows(dq) + i * t.ldq(), 0, d.H * sizeof(float));
+    return;
+  }
+  const float* l = lse + (t.b * d.N + t.n) * d.L + t.q0;
+  alignas(64) float l_[QB], delta[QB];
+  for (long i = 0; i < QB; ++i) {  // delta = rowsum(dout * out)
+    float acc = 0;
+    if (i < t.rows) {
+      const float* o = t.q_rows(out) + i * t.ldq();
+      const float* g = t.q_rows(dout) + i * t.ldq();
+      for (long h = 0; h < d.H; ++h) acc += o[h] * g[h];
+    }
+    l_[i] = i < t.rows ? l[i] : INFINITY;
+    delta[i] = acc;
+  }
+  pack_transposed(t, q, d.scale, qT);
+  pack_transposed(t, dout, 1.f, gT);
+  __m512 mx[NQ];
+  masked_scores(t, k, qT, qseg, kseg, qidx, kidx, sT, mx);
+  gemm(t.nk, QB, d.H, t.kv_rows(v), t.ldk(), 1, gT, QB, dT, QB, false);  // dp^T = v . dout^T
+  __m512 lv[NQ], dl[NQ], sc = _mm512_set1_ps(d.scale);
+  for (int u = 0; u < NQ; ++u) {
+    lv[u] = _mm512_load_ps(l_ + 16 * u);
+    dl[u] = _mm512_load_ps(delta + 16 * u);
+  }
+  for (long j = 0; j < t.nk; ++j) {  // p = exp(s - lse); ds = scale * p * (dp - delta)
+    float* srow = sT + j * QB;
+    float* drow = dT + j * QB;
+    for (int u = 0; u < NQ; ++u) {
+      __m512 p = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(srow + 16 * u), lv[u]));
+      _mm512_storeu_ps(srow + 16 * u, p);
+      __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(drow + 16 * u), dl[u]);
+      _mm512_storeu_ps(drow + 16 * u, _mm512_mul_ps(_mm512_mul_ps(p, dp), sc));
+    }
+  }
+  gemm(t.rows, d.H, t.nk, dT, 1, QB, t.kv_rows(k), t.ldk(), t.q_rows(dq), t.ldq(), false);
+  gemm(t.nk, d.H, t.rows, dT, QB, 1, t.q_rows(q), t.ldq(), t.kv_rows(dk), t.ldk(), true);
+  gemm(t.nk, d.H, t.rows, sT, QB, 1, t.q_rows(dout), t.ldq(), t.kv_rows(dv), t.ldk(), true);
+}
+
+// Runs work(i) for i in [0, n) on the calling thread and up to threads - 1 pool threads.
+// The caller waits only for helpers that have started: a helper still queued behind another
+// device's computation (which may be waiting for this one in a collective) finds no work and
+// touches only the shared counters, so nothing can deadlock.
+template <class Work>
+void parallel_for(ffi::ThreadPool& pool, long threads, long n, Work work) {
+  struct Shared {
+    std::atomic<long> next{0};
+    std::atomic<long> active{0};
+    std::mutex mu;
+    std::condition_variable cv;
+  };
+  auto shared = std::make_shared<Shared>();
+  auto run = [shared, n, &work]() {
+    for (long i; (i = shared->next.fetch_add(1)) < n;) work(i);
+  };
+  long helpers = std::min(threads, n) - 1;
+  for (long h = 0; h < helpers; ++h) {
+    pool.Schedule([shared, n, run]() {
+      shared->active.fetch_add(1);
+      if (shared->next.load() < n) run();
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->active.fetch_sub(1);
+      shared->cv.notify_all();
+    });
+  }
+  run();
+  std::unique_lock<std::mutex> lock(shared->mu);
+  shared->cv.wait(lock, [&] { return shared->active.load() == 0; });
+}
+
+Dims dims(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::F32>& k, float scale,
+          bool causal, bool offset_known, int64_t offset) {
+  auto qd = q.dimensions(), kd = k.dimensions();
+  return Dims{qd[0], qd[1], kd[1], qd[2], kd[2], qd[3], scale, causal, offset_known, offset};
+}
+
+ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                   ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::S32> qseg,
+                   ffi::Buffer<ffi::S32> kseg, ffi::Buffer<ffi::S32> qidx,
+                   ffi::Buffer<ffi::S32> kidx, ffi::ResultBuffer<ffi::F32> out,
+                   ffi::ResultBuffer<ffi::F32> lse, float scale, bool causal, bool offset_known,
+                   int64_t offset, int64_t threads) {
+  Dims d = dims(q, k, scale, causal, offset_known, offset);
+  if (d.H % 16 || d.N % d.K) return ffi::Error::InvalidArgument("head size must divide by 16");
+  long blocks = (d.L + QB - 1) / QB;
+  parallel_for(pool, threads, d.B * d.N * blocks, [&](long i) {
+    thread_local std::vector<float> qT, sT;
+    qT.resize(d.H * QB);
+    sT.resize(std::max(1L, d.S) * QB);
+    Tile t(d, i / (d.N * blocks), (i / blocks) % d.N, (i % blocks) * QB);
+    forward_tile(t, q.typed_data(), k.typed_data(), v.typed_data(), qseg.typed_data(),
+                 kseg.typed_data(), qidx.typed_data(), kidx.typed_data(), out->typed_data(),
+                 lse->typed_data(), qT.data(), sT.data());
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                    ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::S32> qseg,
+                    ffi::Buffer<ffi::S32> kseg, ffi::Buffer<ffi::S32> qidx,
+                    ffi::Buffer<ffi::S32> kidx, ffi::Buffer<ffi::F32> out,
+                    ffi::Buffer<ffi::F32> lse, ffi::Buffer<ffi::F32> dout,
+                    ffi::ResultBuffer<ffi::F32> dq, ffi::ResultBuffer<ffi::F32> dk,
+                    ffi::ResultBuffer<ffi::F32> dv, float scale, bool causal,
+                    bool offset_known, int64_t offset, int64_t threads) {
+  Dims d = dims(q, k, scale, causal, offset_known, offset);
+  if (d.H % 16 || d.N % d.K) return ffi::Error::InvalidArgument("head size must divide by 16");
+  long blocks = (d.L + QB - 1) / QB, G = d.N / d.K;
+  // One work item per (batch row, key/value head): it owns those rows of dk and dv.
+  parallel_for(pool, threads, d.B * d.K, [&](long i) {
+    thread_local std::vector<float> qT, gT, sT, dT;
+    qT.resize(d.H * QB);
+    gT.resize(d.H * QB);
+    sT.resize(std::max(1L, d.S) * QB);
+    dT.resize(std::max(1L, d.S) * QB);
+    long b = i / d.K, kh = i % d.K;
+    for (long s = 0; s < d.S; ++s) {
+      std::memset(dk->typed_data() + ((b * d.S + s) * d.K + kh) * d.H, 0, d.H * sizeof(float));
+      std::memset(dv->typed_data() + ((b * d.S + s) * d.K + kh) * d.H, 0, d.H * sizeof(float));
+    }
+    for (long n = kh * G; n < (kh + 1) * G; ++n)
+      for (long blk = 0; blk < blocks; ++blk)
+        backward_tile(Tile(d, b, n, blk * QB), q.typed_data(), k.typed_data(), v.typed_data(),
+                      qseg.typed_data(), kseg.typed_data(), qidx.typed_data(),
+                      kidx.typed_data(), out.typed_data(), lse.typed_data(), dout.typed_data(),
+                      dq->typed_data(), dk->typed_data(), dv->typed_data(), qT.data(),
+                      gT.data(), sT.data(), dT.data());
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TransformerAttentionForward, Forward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<float>("scale")
+                                  .Attr<bool>("causal")
+                                  .Attr<bool>("offset_known")
+                                  .Attr<int64_t>("offset")
+                                  .Attr<int64_t>("threads"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TransformerAttentionBackward, Backward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<float>("scale")
+                                  .Attr<bool>("causal")
+                                  .Attr<bool>("offset_known")
+                                  .Attr<int64_t>("offset")
+                                  .Attr<int64_t>("threads"));
