@@ -184,6 +184,8 @@ _attention.defvjp(_forward, _backward)
 
 def attention(q_BLNH, k_BSKH, v_BSKH, layout, *, scale):
   """softmax(q k^T * scale, masked by layout) v, exactly; float32 [B, L, N, H]."""
+  if (why := unavailable()) is not None:  # also registers the kernel on first use
+    raise RuntimeError(why)
   offset = layout.index_offset
   statics = (float(scale), bool(layout.causal), offset is not None, int(offset or 0))
   i32 = lambda x: x.astype(jnp.int32)
