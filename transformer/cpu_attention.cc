@@ -54,17 +54,20 @@ inline void micro(int Kd, const float* A, long am, long ak, const float* B, long
 }
 
 // Rows in blocks of 24 / NV and one fewer: 20-24 accumulators run at the FMA peak on Zen 5
-// (~230 GFLOP/s on one core), 16 or fewer at half of it (measured). Any M from 20 up (and
-// 16, a causal tile's row groups) is a sum of such blocks; a ragged rest takes 2s and 1s.
+// (~230 GFLOP/s on one core); 4 rows of 4 vectors at half of it (measured). Any M from 20
+// up (and 16, a causal tile's row groups) is a sum of such blocks; a ragged rest takes 8s
+// where they fit, then 2s and 1s.
 template <int NV>
 inline void panel(int M, int Kd, const float* A, long am, long ak, const float* B, long ldb,
                   float* C, long ldc, bool acc) {
-  constexpr int BIG = 24 / NV, SMALL = BIG - 1;
+  constexpr int BIG = NV == 1 ? 8 : 24 / NV, SMALL = BIG - 1;  // 24 broadcasts per 24 FMAs: too many
   int small = (BIG - M % BIG) % BIG, m = 0;
   if (small * SMALL > M) small = 0;
   for (int i = 0; i < small; ++i, m += SMALL)
     micro<SMALL, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
   for (; m + BIG <= M; m += BIG) micro<BIG, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
+  if constexpr (NV < 4)  // 8 x NV accumulators still fit
+    for (; m + 8 <= M; m += 8) micro<8, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
   for (; m + 2 <= M; m += 2) micro<2, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
   for (; m < M; ++m) micro<1, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
 }
@@ -125,11 +128,14 @@ struct Tile {
   long ldk() const { return d.K * d.H; }
 };
 
-// xT[H x QB] = mult * the tile's rows of x, zeros past them.
+// xT[H x QB] = mult * the tile's rows of x, zeros past them. Row by row: the rows are
+// N * H floats apart, a power-of-two stride that would map a column walk into a few L1 sets.
 void pack_transposed(const Tile& t, const float* x, float mult, float* xT) {
   const float* src = t.q_rows(x);
-  for (long h = 0; h < t.d.H; ++h)
-    for (long i = 0; i < QB; ++i) xT[h * QB + i] = i < t.rows ? src[i * t.ldq() + h] * mult : 0.f;
+  for (long i = 0; i < QB; ++i) {
+    const float* row = src + i * t.ldq();
+    for (long h = 0; h < t.d.H; ++h) xT[h * QB + i] = i < t.rows ? row[h] * mult : 0.f;
+  }
 }
 
 // Causal tiles skip the products' masked corner in steps of 16 (exact: those probabilities
