@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -411,42 +412,33 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<f
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(TransformerAttentionForward, Forward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<float>("scale")
-                                  .Attr<bool>("causal")
-                                  .Attr<bool>("offset_known")
-                                  .Attr<int64_t>("offset")
-                                  .Attr<int64_t>("threads"));
+namespace {
 
+// What both calls take: q, k, v and the layout's segment and index arrays ...
+auto bind_inputs() {
+  using F32 = ffi::Buffer<ffi::F32>;
+  using S32 = ffi::Buffer<ffi::S32>;
+  return ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<F32>().Arg<F32>().Arg<F32>().Arg<S32>()
+      .Arg<S32>().Arg<S32>().Arg<S32>();
+}
+
+// ... and their attributes, after the call's own operands and results.
+template <class Binding>
+auto bind_attributes(Binding binding) {
+  return std::move(binding).template Attr<float>("scale").template Attr<bool>("causal")
+      .template Attr<bool>("offset_known").template Attr<int64_t>("offset")
+      .template Attr<int64_t>("threads");
+}
+
+using F32 = ffi::Buffer<ffi::F32>;
+
+}  // namespace
+
+// out, lse = f(q, k, v, segments and indices)
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TransformerAttentionForward, Forward,
+                              bind_attributes(bind_inputs().Ret<F32>().Ret<F32>()));
+
+// dq, dk, dv = f(q, k, v, segments and indices, out, lse, dout)
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TransformerAttentionBackward, Backward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<float>("scale")
-                                  .Attr<bool>("causal")
-                                  .Attr<bool>("offset_known")
-                                  .Attr<int64_t>("offset")
-                                  .Attr<int64_t>("threads"));
+                              bind_attributes(bind_inputs().Arg<F32>().Arg<F32>().Arg<F32>()
+                                                  .Ret<F32>().Ret<F32>().Ret<F32>()));
