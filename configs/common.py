@@ -56,9 +56,10 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
       norm_position="pre",  # pre | post (post is the original 2017 block)
       use_bias=False,
       position=position_config("rope"),
-      attention="auto",  # dense | chunked | query_blocks | fused_cpu | cudnn | linear | block_sparse | auto
+      # dense | chunked | query_blocks | fused_cpu | cudnn | linear | block_sparse | auto
+      attention="auto",
       attention_chunk=512,  # query/key block size for chunked and block_sparse
-      attention_query_block=64,  # queries per block for query_blocks (auto on CPU); >= L/16
+      attention_query_block=64,  # queries per block for query_blocks (auto's CPU fallback); >= L/16
       window=0,  # sliding-window size; 0 means unlimited
       qk_scale=0.0,  # multiplies q.k; 0 means 1/sqrt(head_dim) (T5 folds it into init: 1.0)
       dropout_rate=0.0,

@@ -236,8 +236,9 @@ _MAX_QUERY_BLOCKS = 16
 def query_blocks(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
   """Exact attention a block of queries at a time, over only the keys the block can see
   (for a causal mask the blocks on and below the diagonal: about half the work), with a
-  hand-written backward pass. The fastest exact implementation on CPU: the skipped keys are
-  real savings, and every product is a plain batched matmul."""
+  hand-written backward pass. The fastest exact implementation in XLA's own ops on CPU (the
+  skipped keys are real savings, and every product is a plain batched matmul), and auto's
+  CPU fallback where the fused kernel does not apply."""
   B, L, N, H = q_BLNH.shape
   S, K = k_BSKH.shape[1], k_BSKH.shape[2]
   G = N // K
