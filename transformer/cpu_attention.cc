@@ -54,21 +54,19 @@ inline void micro(int Kd, const float* A, long am, long ak, const float* B, long
     for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + m * ldc + 16 * v, c[m][v]);
 }
 
-// Rows in blocks of 24 / NV and one fewer: 20-24 accumulators run at the FMA peak on Zen 5
-// (~230 GFLOP/s on one core); 4 rows of 4 vectors at half of it (measured). Any M from 20
-// up (and 16, a causal tile's row groups) is a sum of such blocks; a ragged rest takes 8s
-// where they fit, then 2s and 1s.
+// Rows in blocks of 6 (4 vectors wide) or 8 (narrower) and one fewer: 16-24 accumulators
+// run at the FMA peak on Zen 5 (~230 GFLOP/s on one core), 4 rows of 4 vectors at half of
+// it and 24 rows of one vector at 60% (measured). Any M from 20 up, and 16, a causal tile's
+// row groups, is a sum of such blocks; a ragged rest takes 2s and 1s.
 template <int NV>
 inline void panel(int M, int Kd, const float* A, long am, long ak, const float* B, long ldb,
                   float* C, long ldc, bool acc) {
-  constexpr int BIG = NV == 1 ? 8 : 24 / NV, SMALL = BIG - 1;  // 24 broadcasts per 24 FMAs: too many
+  constexpr int BIG = NV == 4 ? 6 : 8, SMALL = BIG - 1;
   int small = (BIG - M % BIG) % BIG, m = 0;
   if (small * SMALL > M) small = 0;
   for (int i = 0; i < small; ++i, m += SMALL)
     micro<SMALL, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
   for (; m + BIG <= M; m += BIG) micro<BIG, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
-  if constexpr (NV < 4)  // 8 x NV accumulators still fit
-    for (; m + 8 <= M; m += 8) micro<8, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
   for (; m + 2 <= M; m += 2) micro<2, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
   for (; m < M; ++m) micro<1, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
 }
@@ -129,14 +127,45 @@ struct Tile {
   long ldk() const { return d.K * d.H; }
 };
 
-// xT[H x QB] = mult * the tile's rows of x, zeros past them. Row by row: the rows are
-// N * H floats apart, a power-of-two stride that would map a column walk into a few L1 sets.
+// In-register transpose of 16 rows of 16 floats (row c of the result is column c).
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // then pairs of pairs, as 64-bit elements
+    __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+    __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+  }
+  for (int i = 0; i < 2; ++i)  // then 128-bit lanes, twice
+    for (int j = 0; j < 4; ++j) {
+      t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+      t[8 * i + 4 + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+  }
+}
+
+// xT[H x QB] = mult * the tile's rows of x, zeros past them, 16 x 16 blocks at a time.
 void pack_transposed(const Tile& t, const float* x, float mult, float* xT) {
   const float* src = t.q_rows(x);
-  for (long i = 0; i < QB; ++i) {
-    const float* row = src + i * t.ldq();
-    for (long h = 0; h < t.d.H; ++h) xT[h * QB + i] = i < t.rows ? row[h] * mult : 0.f;
-  }
+  const __m512 m = _mm512_set1_ps(mult);
+  __m512 r[16];
+  for (long i0 = 0; i0 < QB; i0 += 16)
+    for (long h0 = 0; h0 < t.d.H; h0 += 16) {
+      for (long i = 0; i < 16; ++i)
+        r[i] = i0 + i < t.rows ? _mm512_mul_ps(_mm512_loadu_ps(src + (i0 + i) * t.ldq() + h0), m)
+                               : _mm512_setzero_ps();
+      transpose16(r);
+      for (long c = 0; c < 16; ++c) _mm512_storeu_ps(xT + (h0 + c) * QB + i0, r[c]);
+    }
 }
 
 // Causal tiles skip the products' masked corner in steps of 16 (exact: those probabilities
@@ -193,37 +222,38 @@ void key_accumulate(const Tile& t, const float* pT, const float* x, float* acc) 
   }
 }
 
-// sT[nk x QB] = k . (scale q)^T, -inf where a query may not see a key; mx = column maxima.
-// Queries past the tile's rows get segment 0, so they see nothing.
-void masked_scores(const Tile& t, const float* k, const float* qT, const int32_t* qseg,
-                   const int32_t* kseg, const int32_t* qidx, const int32_t* kidx, float* sT,
-                   __m512* mx) {
-  key_major(t, k, qT, sT);
+// Which of a tile's queries may see key j: the same nonzero segment and, if causal, a key
+// index not after the query's. Queries past the tile's rows get segment 0: they see nothing.
+struct Mask {
   __m512i qs[NQ], qi[NQ];
-  for (int v = 0; v < NQ; ++v) {
-    alignas(64) int32_t s[16], i[16];
-    for (int u = 0; u < 16; ++u) {
-      long r = 16 * v + u;
-      s[u] = r < t.rows ? qseg[t.b * t.d.L + t.q0 + r] : 0;
-      i[u] = r < t.rows ? qidx[t.b * t.d.L + t.q0 + r] : 0;
-    }
-    qs[v] = _mm512_load_si512(s);
-    qi[v] = _mm512_load_si512(i);
-    mx[v] = _mm512_set1_ps(-INFINITY);
-  }
-  const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  for (long j = 0; j < t.nk; ++j) {
-    int32_t ks = kseg[t.b * t.d.S + j], ki = kidx[t.b * t.d.S + j];
-    float* row = sT + j * QB;
+  const int32_t* kseg;
+  const int32_t* kidx;
+  bool causal;
+  Mask(const Tile& t, const int32_t* qseg, const int32_t* kseg_, const int32_t* qidx,
+       const int32_t* kidx_)
+      : kseg(kseg_ + t.b * t.d.S), kidx(kidx_ + t.b * t.d.S), causal(t.d.causal) {
     for (int v = 0; v < NQ; ++v) {
-      __mmask16 ok = ks == 0 ? 0 : _mm512_cmpeq_epi32_mask(qs[v], _mm512_set1_epi32(ks));
-      if (t.d.causal) ok &= _mm512_cmpge_epi32_mask(qi[v], _mm512_set1_epi32(ki));
-      __m512 x = _mm512_mask_blend_ps(ok, ninf, _mm512_loadu_ps(row + 16 * v));
-      _mm512_storeu_ps(row + 16 * v, x);
-      mx[v] = _mm512_max_ps(mx[v], x);
+      alignas(64) int32_t s[16], i[16];
+      for (int u = 0; u < 16; ++u) {
+        long r = 16 * v + u;
+        s[u] = r < t.rows ? qseg[t.b * t.d.L + t.q0 + r] : 0;
+        i[u] = r < t.rows ? qidx[t.b * t.d.L + t.q0 + r] : 0;
+      }
+      qs[v] = _mm512_load_si512(s);
+      qi[v] = _mm512_load_si512(i);
     }
   }
-}
+  void row(long j, __mmask16* ok) const {
+    __m512i ks = _mm512_set1_epi32(kseg[j]), ki = _mm512_set1_epi32(kidx[j]);
+    for (int v = 0; v < NQ; ++v) {
+      ok[v] = kseg[j] == 0 ? 0 : _mm512_cmpeq_epi32_mask(qs[v], ks);
+      if (causal) ok[v] &= _mm512_cmpge_epi32_mask(qi[v], ki);
+    }
+  }
+};
+
+// Masked lanes of sT and dT are never read as numbers (they may hold stale values where a
+// causal tile skipped its corner): every pass below selects them away.
 
 // out, lse for one tile. A query that sees no key gets zeros and lse = +inf.
 void forward_tile(const Tile& t, const float* q, const float* k, const float* v,
@@ -240,17 +270,28 @@ void forward_tile(const Tile& t, const float* q, const float* k, const float* v,
     return;
   }
   pack_transposed(t, q, d.scale, qT);
+  key_major(t, k, qT, sT);  // sT = k . (scale q)^T
+  Mask mask(t, qseg, kseg, qidx, kidx);
+  __mmask16 ok[NQ];
   __m512 mx[NQ], sum[NQ];
-  masked_scores(t, k, qT, qseg, kseg, qidx, kidx, sT, mx);
-  for (int u = 0; u < NQ; ++u) {  // a column that sees nothing subtracts 0, not -inf (no NaN)
-    __mmask16 none = _mm512_cmp_ps_mask(mx[u], _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
-    mx[u] = _mm512_mask_blend_ps(none, mx[u], _mm512_setzero_ps());
-    sum[u] = _mm512_setzero_ps();
+  for (int u = 0; u < NQ; ++u) mx[u] = _mm512_setzero_ps(), sum[u] = _mm512_setzero_ps();
+  __mmask16 seen[NQ] = {};
+  for (long j = 0; j < t.nk; ++j) {  // column maxima over the visible keys
+    mask.row(j, ok);
+    for (int u = 0; u < NQ; ++u) {
+      __m512 x = _mm512_loadu_ps(sT + j * QB + 16 * u);
+      // The first visible key sets the max; a column that sees nothing keeps 0 (no NaN).
+      mx[u] = _mm512_mask_mov_ps(mx[u], ok[u] & ~seen[u], x);
+      mx[u] = _mm512_mask_max_ps(mx[u], ok[u], mx[u], x);
+      seen[u] |= ok[u];
+    }
   }
-  for (long j = 0; j < t.nk; ++j) {
+  for (long j = 0; j < t.nk; ++j) {  // e = exp(s - max) where visible, 0 elsewhere
+    mask.row(j, ok);
     float* row = sT + j * QB;
     for (int u = 0; u < NQ; ++u) {
       __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * u), mx[u]));
+      e = _mm512_maskz_mov_ps(ok[u], e);
       _mm512_storeu_ps(row + 16 * u, e);
       sum[u] = _mm512_add_ps(sum[u], e);
     }
@@ -295,22 +336,25 @@ void backward_tile(const Tile& t, const float* q, const float* k, const float* v
   }
   pack_transposed(t, q, d.scale, qT);
   pack_transposed(t, dout, 1.f, gT);
-  __m512 mx[NQ];
-  masked_scores(t, k, qT, qseg, kseg, qidx, kidx, sT, mx);
+  key_major(t, k, qT, sT);  // sT = k . (scale q)^T
   key_major(t, v, gT, dT);  // dp^T = v . dout^T
+  Mask mask(t, qseg, kseg, qidx, kidx);
+  __mmask16 ok[NQ];
   __m512 lv[NQ], dl[NQ], sc = _mm512_set1_ps(d.scale);
   for (int u = 0; u < NQ; ++u) {
     lv[u] = _mm512_load_ps(l_ + 16 * u);
     dl[u] = _mm512_load_ps(delta + 16 * u);
   }
   for (long j = 0; j < t.nk; ++j) {  // p = exp(s - lse); ds = scale * p * (dp - delta)
+    mask.row(j, ok);
     float* srow = sT + j * QB;
     float* drow = dT + j * QB;
     for (int u = 0; u < NQ; ++u) {
       __m512 p = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(srow + 16 * u), lv[u]));
+      p = _mm512_maskz_mov_ps(ok[u], p);
       _mm512_storeu_ps(srow + 16 * u, p);
       __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(drow + 16 * u), dl[u]);
-      _mm512_storeu_ps(drow + 16 * u, _mm512_mul_ps(_mm512_mul_ps(p, dp), sc));
+      _mm512_storeu_ps(drow + 16 * u, _mm512_maskz_mul_ps(ok[u], _mm512_mul_ps(p, dp), sc));
     }
   }
   query_major(t, dT, k, t.q_rows(dq));
@@ -395,10 +439,11 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<f
     sT.resize(std::max(1L, d.S) * QB);
     dT.resize(std::max(1L, d.S) * QB);
     long b = i / d.K, kh = i % d.K;
-    for (long s = 0; s < d.S; ++s) {
-      std::memset(dk->typed_data() + ((b * d.S + s) * d.K + kh) * d.H, 0, d.H * sizeof(float));
-      std::memset(dv->typed_data() + ((b * d.S + s) * d.K + kh) * d.H, 0, d.H * sizeof(float));
-    }
+    for (long s = 0; s < d.S; ++s)  // rows of H floats, K * H apart: stores, not memset calls
+      for (long h = 0; h < d.H; h += 16) {
+        _mm512_storeu_ps(dk->typed_data() + ((b * d.S + s) * d.K + kh) * d.H + h, _mm512_setzero_ps());
+        _mm512_storeu_ps(dv->typed_data() + ((b * d.S + s) * d.K + kh) * d.H + h, _mm512_setzero_ps());
+      }
     for (long n = kh * G; n < (kh + 1) * G; ++n)
       for (long blk = 0; blk < blocks; ++blk)
         backward_tile(Tile(d, b, n, blk * QB), q.typed_data(), k.typed_data(), v.typed_data(),
