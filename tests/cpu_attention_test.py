@@ -34,6 +34,9 @@ CASES = {
     "padded_mqa": (3, 66, 66, 4, 1, 64, True, "padded"),
     "cross": (2, 70, 45, 2, 2, 16, False, "padded"),  # queries and keys of other lengths
     "head_128": (1, 64, 64, 2, 2, 128, True, "packed"),
+    # Keys in several chunks of 512 (the running max rescales the partial sums and outputs).
+    "long_causal": (1, 1100, 1100, 2, 1, 16, True, "packed"),
+    "long_cross": (2, 70, 1200, 2, 2, 16, False, "padded"),
 }
 
 

@@ -32,6 +32,7 @@ namespace {
 
 constexpr int QB = 64;       // queries per tile
 constexpr int NQ = QB / 16;  // vectors per key row of a tile
+constexpr long KC = 512;     // keys per chunk: a [KC x QB] float buffer is 128 KiB, in L2
 
 // C[M x 16*NV] (= or +=) A[M x Kd] . B[Kd x 16*NV], A(m, k) = A[m*am + k*ak], B's rows ldb
 // apart. B's vectors stay in registers and A's scalars are broadcast into the FMAs.
@@ -188,36 +189,45 @@ long full_keys(const Tile& t) {
   return std::min(t.nk, std::max(0L, t.q0 + t.d.offset + 16));
 }
 
-// outT[nk x QB] = rows of x (keys) . xT[H x QB] (queries).
-void key_major(const Tile& t, const float* x, const float* xT, float* outT) {
-  long jf = full_keys(t), H = t.d.H;
-  gemm(jf, QB, H, t.kv_rows(x), t.ldk(), 1, xT, QB, outT, QB, false);
-  for (long j0 = jf; j0 < t.nk; j0 += 16) {
+// The products over one chunk of keys [lo, hi): a tile's [keys x QB] buffers hold the
+// chunk's rows only, so they stay in L2 at any length.
+
+// outT[hi - lo x QB] = rows lo..hi of x (keys) . xT[H x QB] (queries).
+void key_major(const Tile& t, const float* x, const float* xT, float* outT, long lo, long hi) {
+  long jf = std::clamp(full_keys(t), lo, hi), H = t.d.H;
+  gemm(jf - lo, QB, H, t.kv_rows(x) + lo * t.ldk(), t.ldk(), 1, xT, QB, outT, QB, false);
+  for (long j0 = jf; j0 < hi; j0 += 16) {
     long c = first_col(t, j0);
-    gemm(std::min(16L, t.nk - j0), QB - c, H, t.kv_rows(x) + j0 * t.ldk(), t.ldk(), 1, xT + c,
-         QB, outT + j0 * QB + c, QB, false);
+    gemm(std::min(16L, hi - j0), QB - c, H, t.kv_rows(x) + j0 * t.ldk(), t.ldk(), 1, xT + c,
+         QB, outT + (j0 - lo) * QB + c, QB, false);
   }
 }
 
-// out rows (queries) = pT[keys x QB]^T . rows of y (keys).
-void query_major(const Tile& t, const float* pT, const float* y, float* out) {
-  if (full_keys(t) == t.nk) {
-    gemm(t.rows, t.d.H, t.nk, pT, 1, QB, t.kv_rows(y), t.ldk(), out, t.ldq(), false);
+// out rows (queries) += pT[hi - lo x QB]^T . rows lo..hi of y (keys).
+void query_major(const Tile& t, const float* pT, const float* y, float* out, long lo, long hi) {
+  const float* y_lo = t.kv_rows(y) + lo * t.ldk();
+  if (full_keys(t) >= hi) {
+    gemm(t.rows, t.d.H, hi - lo, pT, 1, QB, y_lo, t.ldk(), out, t.ldq(), true);
     return;
   }
-  for (long i0 = 0; i0 < t.rows; i0 += 16)
-    gemm(std::min(16L, t.rows - i0), t.d.H, key_end(t, i0), pT + i0, 1, QB, t.kv_rows(y),
-         t.ldk(), out + i0 * t.ldq(), t.ldq(), false);
+  for (long i0 = 0; i0 < t.rows; i0 += 16) {
+    long end = std::min(hi, key_end(t, i0));
+    if (end > lo)
+      gemm(std::min(16L, t.rows - i0), t.d.H, end - lo, pT + i0, 1, QB, y_lo, t.ldk(),
+           out + i0 * t.ldq(), t.ldq(), true);
+  }
 }
 
-// rows of acc (keys) += pT[keys x QB] . rows of x (queries).
-void key_accumulate(const Tile& t, const float* pT, const float* x, float* acc) {
-  long jf = full_keys(t);
-  gemm(jf, t.d.H, t.rows, pT, QB, 1, t.q_rows(x), t.ldq(), t.kv_rows(acc), t.ldk(), true);
-  for (long j0 = jf; j0 < t.nk; j0 += 16) {
+// rows lo..hi of acc (keys) += pT[hi - lo x QB] . rows of x (queries).
+void key_accumulate(const Tile& t, const float* pT, const float* x, float* acc, long lo,
+                    long hi) {
+  long jf = std::clamp(full_keys(t), lo, hi);
+  gemm(jf - lo, t.d.H, t.rows, pT, QB, 1, t.q_rows(x), t.ldq(), t.kv_rows(acc) + lo * t.ldk(),
+       t.ldk(), true);
+  for (long j0 = jf; j0 < hi; j0 += 16) {
     long c = first_col(t, j0);
     if (c < t.rows)
-      gemm(std::min(16L, t.nk - j0), t.d.H, t.rows - c, pT + j0 * QB + c, QB, 1,
+      gemm(std::min(16L, hi - j0), t.d.H, t.rows - c, pT + (j0 - lo) * QB + c, QB, 1,
            t.q_rows(x) + c * t.ldq(), t.ldq(), t.kv_rows(acc) + j0 * t.ldk(), t.ldk(), true);
   }
 }
@@ -255,55 +265,77 @@ struct Mask {
 // Masked lanes of sT and dT are never read as numbers (they may hold stale values where a
 // causal tile skipped its corner): every pass below selects them away.
 
-// out, lse for one tile. A query that sees no key gets zeros and lse = +inf.
+void zero_rows(float* x, long rows, long ld, long H) {
+  for (long i = 0; i < rows; ++i)
+    for (long h = 0; h < H; h += 16) _mm512_storeu_ps(x + i * ld + h, _mm512_setzero_ps());
+}
+
+// out, lse for one tile. A query that sees no key gets zeros and lse = +inf. Keys come in
+// chunks of KC with FlashAttention's running max: where a chunk raises a column's max, the
+// sum and output so far are scaled down by exp(old - new).
 void forward_tile(const Tile& t, const float* q, const float* k, const float* v,
                   const int32_t* qseg, const int32_t* kseg, const int32_t* qidx,
                   const int32_t* kidx, float* out, float* lse, float* qT, float* sT) {
   const Dims& d = t.d;
   float* o = t.q_rows(out);
   float* l = lse + (t.b * d.N + t.n) * d.L + t.q0;
-  if (t.nk == 0) {
-    for (long i = 0; i < t.rows; ++i) {
-      l[i] = INFINITY;
-      std::memset(o + i * t.ldq(), 0, d.H * sizeof(float));
-    }
-    return;
-  }
+  zero_rows(o, t.rows, t.ldq(), d.H);
   pack_transposed(t, q, d.scale, qT);
-  key_major(t, k, qT, sT);  // sT = k . (scale q)^T
   Mask mask(t, qseg, kseg, qidx, kidx);
-  __mmask16 ok[NQ];
+  __mmask16 ok[NQ], seen[NQ] = {};
   __m512 mx[NQ], sum[NQ];
   for (int u = 0; u < NQ; ++u) mx[u] = _mm512_setzero_ps(), sum[u] = _mm512_setzero_ps();
-  __mmask16 seen[NQ] = {};
-  for (long j = 0; j < t.nk; ++j) {  // column maxima over the visible keys
-    mask.row(j, ok);
-    for (int u = 0; u < NQ; ++u) {
-      __m512 x = _mm512_loadu_ps(sT + j * QB + 16 * u);
-      // The first visible key sets the max; a column that sees nothing keeps 0 (no NaN).
-      mx[u] = _mm512_mask_mov_ps(mx[u], ok[u] & ~seen[u], x);
-      mx[u] = _mm512_mask_max_ps(mx[u], ok[u], mx[u], x);
-      seen[u] |= ok[u];
+  for (long lo = 0; lo < t.nk; lo += KC) {
+    long hi = std::min(t.nk, lo + KC);
+    key_major(t, k, qT, sT, lo, hi);  // sT = k . (scale q)^T
+    __m512 cm[NQ];
+    __mmask16 cseen[NQ];
+    for (int u = 0; u < NQ; ++u) cm[u] = mx[u], cseen[u] = seen[u];
+    for (long j = lo; j < hi; ++j) {  // column maxima over the visible keys
+      mask.row(j, ok);
+      for (int u = 0; u < NQ; ++u) {
+        __m512 x = _mm512_loadu_ps(sT + (j - lo) * QB + 16 * u);
+        // The first visible key sets the max; a column that sees nothing keeps 0 (no NaN).
+        cm[u] = _mm512_mask_mov_ps(cm[u], ok[u] & ~cseen[u], x);
+        cm[u] = _mm512_mask_max_ps(cm[u], ok[u], cm[u], x);
+        cseen[u] |= ok[u];
+      }
     }
-  }
-  for (long j = 0; j < t.nk; ++j) {  // e = exp(s - max) where visible, 0 elsewhere
-    mask.row(j, ok);
-    float* row = sT + j * QB;
+    alignas(64) float alpha[QB];
+    bool rescale = false;
     for (int u = 0; u < NQ; ++u) {
-      __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * u), mx[u]));
-      e = _mm512_maskz_mov_ps(ok[u], e);
-      _mm512_storeu_ps(row + 16 * u, e);
-      sum[u] = _mm512_add_ps(sum[u], e);
+      __m512 a = _mm512_mask_blend_ps(seen[u], _mm512_set1_ps(1.f),
+                                      exp_nonpositive(_mm512_sub_ps(mx[u], cm[u])));
+      rescale |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.f), _CMP_NEQ_OQ) != 0;
+      _mm512_store_ps(alpha + 16 * u, a);
+      sum[u] = _mm512_mul_ps(sum[u], a);
+      mx[u] = cm[u];
+      seen[u] = cseen[u];
     }
+    if (rescale)
+      for (long i = 0; i < t.rows; ++i)
+        for (long h = 0; h < d.H; h += 16) {
+          float* x = o + i * t.ldq() + h;
+          _mm512_storeu_ps(x, _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(alpha[i])));
+        }
+    for (long j = lo; j < hi; ++j) {  // e = exp(s - max) where visible, 0 elsewhere
+      mask.row(j, ok);
+      float* row = sT + (j - lo) * QB;
+      for (int u = 0; u < NQ; ++u) {
+        __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * u), mx[u]));
+        e = _mm512_maskz_mov_ps(ok[u], e);
+        _mm512_storeu_ps(row + 16 * u, e);
+        sum[u] = _mm512_add_ps(sum[u], e);
+      }
+    }
+    query_major(t, sT, v, o, lo, hi);  // out += e . v, unnormalized
   }
-  // Unnormalized out = e . v, then each row divided by its sum (64 x H, not nk x 64, divides).
-  query_major(t, sT, v, o);
   alignas(64) float m_[QB], s_[QB];
   for (int u = 0; u < NQ; ++u) {
     _mm512_store_ps(m_ + 16 * u, mx[u]);
     _mm512_store_ps(s_ + 16 * u, sum[u]);
   }
-  for (long i = 0; i < t.rows; ++i) {
+  for (long i = 0; i < t.rows; ++i) {  // each row divided by its sum (64 x H divides)
     float inv = s_[i] > 0 ? 1.f / s_[i] : 0.f;
     l[i] = s_[i] > 0 ? m_[i] + std::log(s_[i]) : INFINITY;
     float* row = o + i * t.ldq();
@@ -312,15 +344,14 @@ void forward_tile(const Tile& t, const float* q, const float* k, const float* v,
 }
 
 // dq for the tile's rows; dk, dv of keys [0, nk) accumulate (the caller owns head kh).
+// With the log-sum-exp known, each chunk of keys is exact on its own.
 void backward_tile(const Tile& t, const float* q, const float* k, const float* v,
                    const int32_t* qseg, const int32_t* kseg, const int32_t* qidx,
                    const int32_t* kidx, const float* out, const float* lse, const float* dout,
                    float* dq, float* dk, float* dv, float* qT, float* gT, float* sT, float* dT) {
   const Dims& d = t.d;
-  if (t.nk == 0) {
-    for (long i = 0; i < t.rows; ++i) std::memset(t.q_rows(dq) + i * t.ldq(), 0, d.H * sizeof(float));
-    return;
-  }
+  zero_rows(t.q_rows(dq), t.rows, t.ldq(), d.H);
+  if (t.nk == 0) return;
   const float* l = lse + (t.b * d.N + t.n) * d.L + t.q0;
   alignas(64) float l_[QB], delta[QB];
   for (long i = 0; i < QB; ++i) {  // delta = rowsum(dout * out)
@@ -336,8 +367,6 @@ void backward_tile(const Tile& t, const float* q, const float* k, const float* v
   }
   pack_transposed(t, q, d.scale, qT);
   pack_transposed(t, dout, 1.f, gT);
-  key_major(t, k, qT, sT);  // sT = k . (scale q)^T
-  key_major(t, v, gT, dT);  // dp^T = v . dout^T
   Mask mask(t, qseg, kseg, qidx, kidx);
   __mmask16 ok[NQ];
   __m512 lv[NQ], dl[NQ], sc = _mm512_set1_ps(d.scale);
@@ -345,21 +374,26 @@ void backward_tile(const Tile& t, const float* q, const float* k, const float* v
     lv[u] = _mm512_load_ps(l_ + 16 * u);
     dl[u] = _mm512_load_ps(delta + 16 * u);
   }
-  for (long j = 0; j < t.nk; ++j) {  // p = exp(s - lse); ds = scale * p * (dp - delta)
-    mask.row(j, ok);
-    float* srow = sT + j * QB;
-    float* drow = dT + j * QB;
-    for (int u = 0; u < NQ; ++u) {
-      __m512 p = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(srow + 16 * u), lv[u]));
-      p = _mm512_maskz_mov_ps(ok[u], p);
-      _mm512_storeu_ps(srow + 16 * u, p);
-      __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(drow + 16 * u), dl[u]);
-      _mm512_storeu_ps(drow + 16 * u, _mm512_maskz_mul_ps(ok[u], _mm512_mul_ps(p, dp), sc));
+  for (long lo = 0; lo < t.nk; lo += KC) {
+    long hi = std::min(t.nk, lo + KC);
+    key_major(t, k, qT, sT, lo, hi);  // sT = k . (scale q)^T
+    key_major(t, v, gT, dT, lo, hi);  // dp^T = v . dout^T
+    for (long j = lo; j < hi; ++j) {  // p = exp(s - lse); ds = scale * p * (dp - delta)
+      mask.row(j, ok);
+      float* srow = sT + (j - lo) * QB;
+      float* drow = dT + (j - lo) * QB;
+      for (int u = 0; u < NQ; ++u) {
+        __m512 p = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(srow + 16 * u), lv[u]));
+        p = _mm512_maskz_mov_ps(ok[u], p);
+        _mm512_storeu_ps(srow + 16 * u, p);
+        __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(drow + 16 * u), dl[u]);
+        _mm512_storeu_ps(drow + 16 * u, _mm512_maskz_mul_ps(ok[u], _mm512_mul_ps(p, dp), sc));
+      }
     }
+    query_major(t, dT, k, t.q_rows(dq), lo, hi);  // dq += ds . k
+    key_accumulate(t, dT, q, dk, lo, hi);         // dk += ds^T . q
+    key_accumulate(t, sT, dout, dv, lo, hi);      // dv += p^T . dout
   }
-  query_major(t, dT, k, t.q_rows(dq));
-  key_accumulate(t, dT, q, dk);
-  key_accumulate(t, sT, dout, dv);
 }
 
 // Runs work(i) for i in [0, n) on the calling thread and up to threads - 1 pool threads.
@@ -411,7 +445,7 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ff
   parallel_for(pool, threads, d.B * d.N * blocks, [&](long i) {
     thread_local std::vector<float> qT, sT;
     qT.resize(d.H * QB);
-    sT.resize(std::max(1L, d.S) * QB);
+    sT.resize(KC * QB);
     Tile t(d, i / (d.N * blocks), (i / blocks) % d.N, (i % blocks) * QB);
     forward_tile(t, q.typed_data(), k.typed_data(), v.typed_data(), qseg.typed_data(),
                  kseg.typed_data(), qidx.typed_data(), kidx.typed_data(), out->typed_data(),
@@ -436,8 +470,8 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<f
     thread_local std::vector<float> qT, gT, sT, dT;
     qT.resize(d.H * QB);
     gT.resize(d.H * QB);
-    sT.resize(std::max(1L, d.S) * QB);
-    dT.resize(std::max(1L, d.S) * QB);
+    sT.resize(KC * QB);
+    dT.resize(KC * QB);
     long b = i / d.K, kh = i % d.K;
     for (long s = 0; s < d.S; ++s)  // rows of H floats, K * H apart: stores, not memset calls
       for (long h = 0; h < d.H; h += 16) {
