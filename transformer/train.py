@@ -43,8 +43,8 @@ _RETAIN_HOST_MEMORY = flags.DEFINE_bool(
 _CPU_DEVICES = flags.DEFINE_integer(
     "cpu_devices", 1, "XLA:CPU devices to split this process's cores into, data-parallel "
     "over the mesh's -1 axis: 1 = one device using every core; 0 = one per core, or the most "
-    "the config's mesh and batch divide evenly (W1 and W2 steps 0-7% faster, the "
-    "quickstart's ~5% slower; README 'Parallelism'). Ignored when XLA_FLAGS "
+    "the config's mesh and batch divide evenly (W1's step about the same, W2's ~5% faster, "
+    "the quickstart's ~5% slower; README 'Parallelism'). Ignored when XLA_FLAGS "
     "sets --xla_force_host_platform_device_count; other backends are unaffected.")
 
 
