@@ -2,9 +2,10 @@
 //
 // XLA:CPU cannot fuse a product with the softmax that follows it, so its blockwise attention
 // writes every block of scores to memory and reads it back several times. Here one tile
-// (one batch row, one head, 64 queries) keeps its scores in cache from the q.k product to
-// the p.v product, and the backward pass recomputes them from the saved log-sum-exp
-// (FlashAttention-2's scheme) instead of storing the probabilities. The tile is key-major
+// (one batch row, one head, 64 queries, keys 512 at a time with a running max) keeps its
+// scores in cache from the q.k product to the p.v product, and the backward pass recomputes
+// them from the saved log-sum-exp (FlashAttention-2's scheme) instead of storing the
+// probabilities. The tile is key-major
 // ([keys, 64 queries]) so the softmax runs down the columns: every step is a full-width
 // vector operation over 64 queries, and the products read k and v in place.
 //
@@ -18,7 +19,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <utility>
