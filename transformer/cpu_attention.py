@@ -107,11 +107,12 @@ def unavailable() -> str | None:
 
 
 def refusal(q_BLNH, k_BSKH, layout, terms) -> str | None:
-  """Why this call cannot use the kernel (None: it can)."""
-  if (why := unavailable()) is not None:
-    return why
+  """Why this call cannot use the kernel (None: it can). The backend is checked first, so a
+  GPU or TPU process never builds the kernel."""
   if jax.default_backend() != "cpu":
     return f"the fused CPU kernel runs on the CPU backend, not {jax.default_backend()!r}"
+  if (why := unavailable()) is not None:
+    return why
   if q_BLNH.dtype != jnp.float32 or k_BSKH.dtype != jnp.float32:
     return f"the fused CPU kernel computes in float32 (inputs are {q_BLNH.dtype})"
   if q_BLNH.shape[-1] % 16:
