@@ -175,21 +175,23 @@ def _op(kind: str, groups: int, statics: tuple):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
-def _attention(q, k, v, qseg, kseg, qidx, kidx, statics):
-  return _forward(q, k, v, qseg, kseg, qidx, kidx, statics)[0]
+def _attention(q_BLNH, k_BSKH, v_BSKH, qseg_BL, kseg_BS, qidx_BL, kidx_BS, statics):
+  return _forward(q_BLNH, k_BSKH, v_BSKH, qseg_BL, kseg_BS, qidx_BL, kidx_BS, statics)[0]
 
 
-def _forward(q, k, v, qseg, kseg, qidx, kidx, statics):
-  groups = q.shape[2] // k.shape[2]
-  out, lse = _op("fwd", groups, statics)(q, k, v, qseg, kseg, qidx, kidx)
-  return out, (q, k, v, qseg, kseg, qidx, kidx, out, lse)
+def _forward(q_BLNH, k_BSKH, v_BSKH, qseg_BL, kseg_BS, qidx_BL, kidx_BS, statics):
+  groups = q_BLNH.shape[2] // k_BSKH.shape[2]
+  layout = (qseg_BL, kseg_BS, qidx_BL, kidx_BS)
+  out_BLNH, lse_BNL = _op("fwd", groups, statics)(q_BLNH, k_BSKH, v_BSKH, *layout)
+  return out_BLNH, (q_BLNH, k_BSKH, v_BSKH, layout, out_BLNH, lse_BNL)
 
 
-def _backward(statics, saved, dout):
-  q, k, v, qseg, kseg, qidx, kidx, out, lse = saved
-  groups = q.shape[2] // k.shape[2]
-  dq, dk, dv = _op("bwd", groups, statics)(q, k, v, qseg, kseg, qidx, kidx, out, lse, dout)
-  return dq, dk, dv, None, None, None, None
+def _backward(statics, saved, dout_BLNH):
+  q_BLNH, k_BSKH, v_BSKH, layout, out_BLNH, lse_BNL = saved
+  groups = q_BLNH.shape[2] // k_BSKH.shape[2]
+  grads = _op("bwd", groups, statics)(q_BLNH, k_BSKH, v_BSKH, *layout, out_BLNH, lse_BNL,
+                                      dout_BLNH)
+  return (*grads, None, None, None, None)  # no gradients for the integer layout arrays
 
 
 _attention.defvjp(_forward, _backward)
