@@ -7,7 +7,7 @@ on contiguous text, evaluated at L, 2L, 4L, 8L and 16L.
         --config configs/extrapolation.py:dataset=python_stdlib \
         --workdir experiments/extrapolation/results/python_stdlib
 
-Arguments: size (configs/common.py SIZES), dataset, train_length (L), steps, tiny (a CI-sized
+Arguments: size (transformer/schema.py SIZES), dataset, train_length (L), steps, tiny (a CI-sized
 run: seconds). Training rows are windows of the concatenated document stream (one segment,
 attention crosses document boundaries), as in Press et al. 2022, so that evaluation windows
 longer than a document mean the same thing they meant in training.
@@ -15,21 +15,21 @@ longer than a document mean the same thing they meant in training.
 
 import ml_collections
 
-from configs import common
+from transformer import schema
 from transformer import data
 
 
 def get_config(arg: str | None = None):
-  args = common.parse_args(arg, size="s", dataset="grammar_corpus", train_length=128,
+  args = schema.parse_args(arg, size="s", dataset="grammar_corpus", train_length=128,
                            steps=1000, tiny=False)
-  model = common.model_config(kind="decoder", attention="auto",
-                              **common.size_config("xs" if args.tiny else args.size))
+  model = schema.model_config(kind="decoder", attention="auto",
+                              **schema.size_config("xs" if args.tiny else args.size))
   data_config = data.default_config()
   data_config.name = args.dataset
   data_config.seq_len = args.train_length
   data_config.cross_document = True
-  config = common.experiment_config(
-      model, data_config, common.objective_config("lm"), steps=args.steps, batch_size=32,
+  config = schema.experiment_config(
+      model, data_config, schema.objective_config("lm"), steps=args.steps, batch_size=32,
       log_every=50, eval_every=500, checkpoint_every=250)
   config.opt.warmup_steps = min(100, args.steps // 10)
   config.experiment = ml_collections.ConfigDict(dict(

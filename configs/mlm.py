@@ -7,17 +7,17 @@ The data layer selects 15% of real tokens per document and replaces 80% of those
 Arguments: size, dataset (as in configs/lm.py). Any key can be overridden with --config.KEY.
 """
 
-from configs import common
+from transformer import schema
 from transformer import data
 
 
 def get_config(arg: str | None = None):
-  args = common.parse_args(arg, size="s", dataset="grammar_corpus")
-  model = common.model_config(kind="encoder", max_len=256, **common.size_config(args.size))
+  args = schema.parse_args(arg, size="s", dataset="grammar_corpus")
+  model = schema.model_config(kind="encoder", max_len=256, **schema.size_config(args.size))
   data_config = data.default_config()
   data_config.name = args.dataset
   data_config.seq_len = 128
-  config = common.experiment_config(model, data_config, common.objective_config("mlm"),
+  config = schema.experiment_config(model, data_config, schema.objective_config("mlm"),
                                     steps=600, batch_size=16, log_every=25, eval_every=200,
                                     checkpoint_every=200)
   config.opt.warmup_steps = 50

@@ -42,7 +42,8 @@ DESIGNS = {"isoflop": _isoflop, "tokens": _tokens, "lr": _lr, "random": _random}
 
 
 def get_config(arg: str | None = None):
-  from configs import common, lm  # lazily: configs.lm pulls in the data pipeline
+  from configs import lm
+  from transformer import schema as common  # lazily: configs.lm pulls in the data pipeline
 
   args = common.parse_args(arg, design="isoflop", dataset="grammar_corpus", tiny=False)
   if args.design not in DESIGNS:

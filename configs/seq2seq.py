@@ -13,15 +13,15 @@ kv_retrieval at data.num_pairs=16); a --config override of the lengths or pairs 
 longer fits is an error before training that says how long data.seq_len must be.
 """
 
-from configs import common
+from transformer import schema
 from transformer import data
 from transformer.data import builders
 
 
 def get_config(arg: str | None = None):
-  args = common.parse_args(arg, size="s", dataset="algorithmic", task="reverse")
-  model = common.model_config(kind="encoder_decoder", max_len=256,
-                              **common.size_config(args.size))
+  args = schema.parse_args(arg, size="s", dataset="algorithmic", task="reverse")
+  model = schema.model_config(kind="encoder_decoder", max_len=256,
+                              **schema.size_config(args.size))
   data_config = data.default_config()
   data_config.name = args.dataset
   data_config.task = args.task
@@ -31,7 +31,7 @@ def get_config(arg: str | None = None):
   longest = max(builders.longest_seq2seq_chars(data_config, split) or 0
                 for split in ("train", "test_long"))
   data_config.seq_len = max(64, -(-(longest + 1) // 8) * 8)
-  config = common.experiment_config(model, data_config, common.objective_config("seq2seq"),
+  config = schema.experiment_config(model, data_config, schema.objective_config("seq2seq"),
                                     steps=600, batch_size=32, log_every=25, eval_every=200,
                                     checkpoint_every=200)
   config.opt.warmup_steps = 50

@@ -4,8 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-from configs.common import model_config, position_config
-from transformer import attention_maps, models
+from transformer.schema import model_config, position_config
+from transformer.analysis import attention_maps
+from transformer.model import models
 
 
 @pytest.mark.parametrize("scan", [False, True])

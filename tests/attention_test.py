@@ -8,9 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs.common import model_config
-from transformer import attention
-from transformer.positions import AttentionTerms, alibi_slopes
+from transformer.schema import model_config
+from transformer.model import attention
+from transformer.model.attention import reference
+from transformer.model.positions import AttentionTerms, alibi_slopes
 
 B, L, N, H = 2, 13, 4, 8
 
@@ -198,8 +199,8 @@ def test_block_sparse_is_dense_under_the_block_local_pattern(name):
   q, k, v, _, _, _, layout, terms = make_case(name)
   got = compiled("block_sparse")(q, k, v, layout, terms)
   # Dense attention with the block-local pattern added: segment 0 hides what the pattern hides.
-  weights = attention.masked_softmax(
-      attention._scores(attention._group(q, k.shape[2]), k, layout, terms, H ** -0.5),
+  weights = reference.masked_softmax(
+      reference._scores(reference._group(q, k.shape[2]), k, layout, terms, H ** -0.5),
       attention.block_local_mask(layout, cfg.attention_chunk)[:, :, None])
   expected = jnp.einsum("bkgls,bskh->blkgh", weights, v).reshape(B, L, N, H)
   np.testing.assert_allclose(got, expected, atol=1e-5)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tiny_run
-from transformer import checkpoint
+from transformer.training import checkpoint
 
 
 def _state(value):

@@ -16,8 +16,9 @@ import pytest
 from flax.linen import meta
 from safetensors.numpy import load_file, save_file
 
-from configs.common import model_config, position_config
-from transformer import convert, hf_families, models
+from transformer.schema import model_config, position_config
+from transformer.interop import hf, hf_families, workdirs
+from transformer.model import models
 
 SKIP_REASON = ("needs the interop extra (pip install -e '.[interop]': torch==2.13.0 CPU, "
                "transformers) to compare with the reference implementation")
@@ -147,7 +148,7 @@ def _hf_logits(hf_model, *tokens):
 @pytest.mark.parametrize("name", sorted(REFERENCES))
 def test_logits_match_transformers(reference, name):
   hf_model, path = reference(name)
-  cfg, variables = convert.from_hf(path)
+  cfg, variables = hf.from_hf(path)
   tokens = (_tokens(cfg),) if cfg.kind != "encoder_decoder" else (_tokens(cfg),
                                                                    _tokens(cfg, 7, seed=1))
   ours = np.asarray(models.make_model(cfg).apply(variables, *tokens))
@@ -160,7 +161,7 @@ def test_logits_match_transformers(reference, name):
 def test_bert_pooler_matches(reference):
   torch, _ = _hf()
   hf_model, path = reference("bert_pretraining")
-  cfg, variables = convert.from_hf(path)
+  cfg, variables = hf.from_hf(path)
   assert cfg.pooler
   tokens = _tokens(cfg)
   _, state = models.make_model(cfg).apply(variables, tokens, mutable=["intermediates"])
@@ -173,7 +174,7 @@ def test_rope_scaling_is_visible(reference):
   """The llama3 test would catch a dropped scaling: without it the logits move by far more
   than the tolerance."""
   _, path = reference("llama3")
-  cfg, variables = convert.from_hf(path)
+  cfg, variables = hf.from_hf(path)
   tokens = _tokens(cfg, 32)
   scaled = models.make_model(cfg).apply(variables, tokens)
   cfg.position.scaling = "none"
@@ -201,7 +202,7 @@ def _greedy(cfg, variables, prompt_BP, n):
 def test_greedy_generation_matches_transformers(reference, name):
   torch, _ = _hf()
   hf_model, path = reference(name)
-  cfg, variables = convert.from_hf(path)
+  cfg, variables = hf.from_hf(path)
   prompt = _tokens(cfg, 6)
   with torch.no_grad():
     ref = hf_model.generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape),
@@ -218,7 +219,7 @@ def test_kv_cache_generation_matches_transformers(reference, name):
   torch, _ = _hf()
   decode = pytest.importorskip("transformer.decode", reason="transformer.decode not present")
   hf_model, path = reference(name)
-  cfg, variables = convert.from_hf(path)
+  cfg, variables = hf.from_hf(path)
   prompt = _tokens(cfg, 6)
   with torch.no_grad():
     ref = hf_model.generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape),
@@ -242,9 +243,9 @@ def test_round_trip_from_transformers_is_exact(reference, name, tmp_path):
   """HF -> ours -> HF gives the same tensors, which transformers loads to the same logits."""
   torch, T = _hf()
   hf_model, path = reference(name)
-  cfg, variables = convert.from_hf(path)
-  convert.to_hf(cfg, variables, str(tmp_path))
-  original = convert.Checkpoint(path, hf_families.FAMILIES[json.load(
+  cfg, variables = hf.from_hf(path)
+  hf.to_hf(cfg, variables, str(tmp_path))
+  original = hf.Checkpoint(path, hf_families.FAMILIES[json.load(
       open(os.path.join(path, "config.json")))["model_type"]])
   written = load_file(os.path.join(tmp_path, "model.safetensors"))
   kept = {n for n in original.names if not any(
@@ -296,11 +297,11 @@ def _init(cfg, seed=0):
 def test_round_trip_from_ours_is_exact(family, overrides, tmp_path):
   cfg = _ours(family, **overrides)
   variables = _init(cfg)
-  convert.to_hf(cfg, variables, str(tmp_path), max_shard_bytes=4096)
+  hf.to_hf(cfg, variables, str(tmp_path), max_shard_bytes=4096)
   assert os.path.exists(tmp_path / "model.safetensors.index.json")  # sharded
   runtime = {k: cfg[k] for k in ("scan_layers", "param_dtype")}
-  back_cfg, back = convert.from_hf(str(tmp_path), **runtime)
-  assert convert._arch(back_cfg) == convert._arch(cfg)
+  back_cfg, back = hf.from_hf(str(tmp_path), **runtime)
+  assert hf._arch(back_cfg) == hf._arch(cfg)
   flat = lambda v: jax.tree_util.tree_leaves_with_path(v["params"])
   assert [p for p, _ in flat(back)] == [p for p, _ in flat(variables)]
   for (path, a), (_, b) in zip(flat(back), flat(variables)):
@@ -312,10 +313,10 @@ def test_round_trip_from_ours_is_exact(family, overrides, tmp_path):
 def test_workdir_round_trip(tmp_path):
   cfg = _ours("gpt2")
   variables = _init(cfg)
-  convert.save_workdir(cfg, variables, str(tmp_path / "run"))
+  workdirs.save_workdir(cfg, variables, str(tmp_path / "run"))
   assert os.path.exists(tmp_path / "run" / "config.json")
-  back_cfg, back = convert.load_workdir(str(tmp_path / "run"))
-  assert convert._arch(back_cfg) == convert._arch(cfg)
+  back_cfg, back = workdirs.load_workdir(str(tmp_path / "run"))
+  assert hf._arch(back_cfg) == hf._arch(cfg)
   jax.tree.map(np.testing.assert_array_equal, back["params"], variables["params"])
 
 
@@ -336,11 +337,11 @@ def _existing(kind, path):
   a Hugging Face export (single file or shards), or one holding someone's notes."""
   cfg = _ours("gpt2", num_layers=1)
   if kind == "run":
-    convert.save_workdir(cfg, _init(cfg, seed=1), path)
+    workdirs.save_workdir(cfg, _init(cfg, seed=1), path)
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
       f.write('{"step": 100, "loss": 2.5}\n')
   elif kind in ("hf", "hf_sharded"):
-    convert.to_hf(cfg, _init(cfg, seed=1), path,
+    hf.to_hf(cfg, _init(cfg, seed=1), path,
                   max_shard_bytes=4096 if kind == "hf_sharded" else 5 * 10**9)
   else:
     os.makedirs(path)
@@ -359,18 +360,18 @@ def test_import_refuses_a_directory_that_is_not_empty(kind, tmp_path):
   before = _existing(kind, dst)
   if kind != "hf":
     _existing("hf", src)
-  cfg, variables = convert.from_hf(src)
+  cfg, variables = hf.from_hf(src)
   with pytest.raises(FileExistsError, match=r"already exists and is not empty; convert into a "
                                              r"new directory \(nothing was written\)"):
-    convert.save_workdir(cfg, variables, dst, tokenizer_dir=src)
+    workdirs.save_workdir(cfg, variables, dst, tokenizer_dir=src)
   assert _snapshot(dst) == before
 
 
 def test_import_into_an_empty_directory(tmp_path):
   _existing("hf", str(tmp_path / "hf"))
   os.makedirs(tmp_path / "run")
-  cfg, variables = convert.from_hf(str(tmp_path / "hf"))
-  convert.save_workdir(cfg, variables, str(tmp_path / "run"))
+  cfg, variables = hf.from_hf(str(tmp_path / "hf"))
+  workdirs.save_workdir(cfg, variables, str(tmp_path / "run"))
   assert os.path.exists(tmp_path / "run" / "config.json")
 
 
@@ -384,7 +385,7 @@ def test_export_refuses_a_directory_holding_a_model(kind, held, tmp_path):
   cfg = _ours("llama", num_layers=1)
   with pytest.raises(FileExistsError, match=rf"{dst} already holds {held}.*; export to a new "
                                             r"directory \(nothing was written\)"):
-    convert.to_hf(cfg, _init(cfg), dst)
+    hf.to_hf(cfg, _init(cfg), dst)
   assert _snapshot(dst) == before
 
 
@@ -393,7 +394,7 @@ def test_export_keeps_other_files(tmp_path):
   with open(tmp_path / "tokenizer.json", "w") as f:
     f.write("{}")
   cfg = _ours("llama", num_layers=1)
-  convert.to_hf(cfg, _init(cfg), str(tmp_path))
+  hf.to_hf(cfg, _init(cfg), str(tmp_path))
   assert (tmp_path / "tokenizer.json").read_text() == "{}"
   assert os.path.exists(tmp_path / "model.safetensors")
 
@@ -408,7 +409,7 @@ def test_command_line_errors_are_one_line(case, tmp_path):
   run, hf = str(tmp_path / "run"), str(tmp_path / "hf")
   if case == "not_writable":  # a run whose model no HF family expresses
     cfg = _ours("llama", num_layers=1, ffn="gelu")
-    convert.save_workdir(cfg, _init(cfg), run)
+    workdirs.save_workdir(cfg, _init(cfg), run)
     before = _snapshot(run)
   else:
     before = _existing("run", run)
@@ -435,7 +436,7 @@ def test_command_line_errors_are_one_line(case, tmp_path):
 @pytest.fixture
 def written(tmp_path):
   cfg = _ours("llama", num_layers=1)
-  convert.to_hf(cfg, _init(cfg), str(tmp_path))
+  hf.to_hf(cfg, _init(cfg), str(tmp_path))
   return str(tmp_path)
 
 
@@ -455,14 +456,14 @@ def _edit(path, config=None, tensors=None):
 def test_error_unknown_architecture(written):
   _edit(written, config=lambda hf: hf.update(model_type="mistral"))
   with pytest.raises(ValueError, match=r"model_type 'mistral'; convertible: \['bert', 'gpt2'"):
-    convert.from_hf(written)
+    hf.from_hf(written)
 
 
 def test_error_missing_tensor(written):
   _edit(written, tensors=lambda t: t.pop("model.layers.0.mlp.up_proj.weight"))
   with pytest.raises(ValueError, match=r"'model.layers.0.mlp.up_proj.weight' is missing \(it "
                                        r"holds tower/stack/layers_0/ffn/wi_1/kernel\)"):
-    convert.from_hf(written)
+    hf.from_hf(written)
 
 
 def test_error_shape_mismatch(written):
@@ -470,24 +471,24 @@ def test_error_shape_mismatch(written):
   with pytest.raises(ValueError, match=r"'model.layers.0.self_attn.k_proj.weight' has shape "
                                        r"\(8, 16\), which does not fit .*key/kernel of shape "
                                        r"\(16, 4, 4\)"):
-    convert.from_hf(written)
+    hf.from_hf(written)
 
 
 def test_error_unexpected_tensor(written):
   _edit(written, tensors=lambda t: t.update({"model.layers.0.extra.weight": np.zeros(3)}))
   with pytest.raises(ValueError, match=r"'model.layers.0.extra.weight' is not part of the llama"):
-    convert.from_hf(written)
+    hf.from_hf(written)
 
 
 def test_error_unsupported_rope_type(written):
   _edit(written, config=lambda hf: hf["rope_parameters"].update(rope_type="dynamic"))
   with pytest.raises(ValueError, match=r"rope type 'dynamic' has no equivalent here"):
-    convert.from_hf(written)
+    hf.from_hf(written)
 
 
 def test_error_architecture_override(written):
   with pytest.raises(ValueError, match=r"only runtime keys .* not 'num_layers'"):
-    convert.from_hf(written, num_layers=3)
+    hf.from_hf(written, num_layers=3)
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -499,7 +500,7 @@ def test_error_architecture_override(written):
 def test_error_model_not_writable(overrides, message, tmp_path):
   cfg = _ours("llama", **overrides)
   with pytest.raises(ValueError, match=message):
-    convert.to_hf(cfg, {"params": {}}, str(tmp_path))
+    hf.to_hf(cfg, {"params": {}}, str(tmp_path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -512,12 +513,12 @@ PRESETS = ("gpt2_small", "bert_base", "t5_small", "llama3_8b", "llama3_1_8b")
 def test_presets_match_transformers_parameter_counts(preset):
   import importlib
   cfg = importlib.import_module(f"configs.arch.{preset}").get_config().model
-  hf = convert.hf_config(cfg)  # raises if the preset is not exactly a HF architecture
-  ours = sum(int(np.prod(s.shape)) for s in convert._param_shapes(cfg).values())
+  hf_cfg = hf.hf_config(cfg)  # raises if the preset is not exactly a HF architecture
+  ours = sum(int(np.prod(s.shape)) for s in hf._param_shapes(cfg).values())
   torch, T = _hf()
-  config = T.AutoConfig.for_model(**hf)
+  config = T.AutoConfig.for_model(**hf_cfg)
   with torch.device("meta"):
-    model = getattr(T, hf["architectures"][0])(config)
+    model = getattr(T, hf_cfg["architectures"][0])(config)
   assert ours == model.num_parameters()
 
 
@@ -576,11 +577,11 @@ def test_a_bytes_tokenizer_run_round_trips_with_its_tokenizer(tmp_path):
   the export names the tokenizer and its special ids in config.json."""
   import subprocess
   import sys
-  from transformer import checkpoint
+  from transformer.training import checkpoint
   from transformer.data import tokenizers
   cfg = _ours("llama", num_layers=1, vocab_size=tokenizers.BytesTokenizer.vocab_size)
   run, hf, back = (str(tmp_path / n) for n in ("run", "hf", "back"))
-  convert.save_workdir(cfg, _init(cfg), run)
+  workdirs.save_workdir(cfg, _init(cfg), run)
   with open(os.path.join(run, "config.json")) as f:
     config = json.load(f)
   config["data"]["tokenizer"] = "bytes"  # as transformer.train leaves a bytes run

@@ -8,7 +8,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from tiny_run import tiny_config  # noqa: E402
 
-from transformer import data, train  # noqa: E402
+from transformer import data
+from transformer.training import loop  # noqa: E402
 
 
 def test_brief_lm_on_python_stdlib_beats_unigram_entropy(tmp_path):
@@ -19,7 +20,7 @@ def test_brief_lm_on_python_stdlib_beats_unigram_entropy(tmp_path):
                            checkpoint_every=300, eval_batches=4))
   config.opt.lr = 3e-3
   config.opt.warmup_steps = 30
-  summary = train.train_and_evaluate(config, str(tmp_path / "run"))
+  summary = loop.train_and_evaluate(config, str(tmp_path / "run"))
   tokenizer = data.get_tokenizer(config.data, None)
   entropy = data.unigram_entropy(config.data, tokenizer, "validation", max_records=20)
   assert np.isfinite(summary["final_eval_loss"])

@@ -13,7 +13,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from transformer import data
-from transformer.data import builders, grammar, kv_retrieval, objectives, pipeline, sources
+from transformer.data import builders, grammar, kv_retrieval, featurize, pipeline, sources
 
 
 def _config(tmp, **overrides):
@@ -259,7 +259,7 @@ def test_sentencepiece_vocab_too_small_for_the_corpus_is_a_one_line_error(tmp_pa
 
 def _chunks(config, tokenizer, objective, split):
   """Every piece the pipeline may place in a row, as tuples of (inputs, targets, weights)."""
-  obj = objectives.get_objective(objective)
+  obj = featurize.get_objective(objective)
   pieces = []
   for record in sources.load(config, split):
     features = obj.featurize(record, tokenizer, np.random.default_rng(0), config)
@@ -419,7 +419,7 @@ def test_shards_are_disjoint_and_cover_the_split(data_dir):
       texts += [tokenizer.decode(row[seg > 0]) for row, seg in
                 zip(batch["inputs"], batch["segment_ids"]) if seg.any()]
     docs.append(texts)
-  all_records = {r["inputs"] + objectives.PROMPT_SEPARATOR + r["targets"]
+  all_records = {r["inputs"] + featurize.PROMPT_SEPARATOR + r["targets"]
                  for r in _records(config, "validation")}
   assert sum(map(len, docs)) == len(all_records) == builders.SIZES["tiny"][1]
   assert set().union(*map(set, docs)) == all_records

@@ -13,8 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs.common import model_config, position_config
-from transformer import decode, inspect, models
+from transformer.schema import model_config, position_config
+from transformer.analysis import model_stats
+from transformer.inference import beam_search, decode
+from transformer.model import models
 
 SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
 PROMPTS = [[1, 5, 6], [1, 7, 8, 9, 10]]  # different lengths: the batch is left-padded
@@ -105,7 +107,7 @@ def test_cache_bytes_equal_inspect(kind, overrides):
     tokens, seg = decode.right_pad([[5] * 6] * B)
     enc = dict(encoded_BSD=decode.encode(model, params, tokens, seg), encoder_segment_ids_BS=seg)
   cache = decode.init_cache(model, params, B, length, **enc)
-  expected = B * inspect.kv_cache_bytes(cfg, length, 4, encoder_length=6 if enc else 0)
+  expected = B * model_stats.kv_cache_bytes(cfg, length, 4, encoder_length=6 if enc else 0)
   assert decode.cache_nbytes(cache) == expected
   # Only num_kv_heads heads are kept: GQA halves this config's cache against MHA.
   K_axis = {x.shape[-2] for x in jax.tree.leaves(cache)}
@@ -192,7 +194,7 @@ def test_beam_search_finds_the_exhaustive_best_with_length_penalty():
   model = models.make_model(cfg)
   params = model.init(jax.random.key(1), *models.dummy_inputs(cfg, 1, 8))["params"]
   encoder_inputs = [[3, 4, 5, 2], [5, 3, 2]]
-  tokens_BWT, scores_BW = decode.beam_search(model, params, None, max_new_tokens=T,
+  tokens_BWT, scores_BW = beam_search.beam_search(model, params, None, max_new_tokens=T,
                                              beam_size=V * V, length_penalty_alpha=alpha,
                                              encoder_inputs=encoder_inputs)
   seqs_NT = np.asarray(list(itertools.product(range(V), repeat=T)), np.int32)
@@ -219,7 +221,7 @@ def test_beam_search_finds_the_exhaustive_best_with_length_penalty():
 def test_one_beam_without_penalty_is_greedy():
   _, model, params = built("decoder", "rope")
   greedy = decode.generate(model, params, PROMPTS, max_new_tokens=7, stop_tokens=())
-  tokens_BWT, _ = decode.beam_search(model, params, PROMPTS, max_new_tokens=7, beam_size=1,
+  tokens_BWT, _ = beam_search.beam_search(model, params, PROMPTS, max_new_tokens=7, beam_size=1,
                                      length_penalty_alpha=0.0, eos_id=-1)
   np.testing.assert_array_equal(tokens_BWT[:, 0], greedy)
 
@@ -234,7 +236,7 @@ def test_one_beam_without_penalty_is_greedy():
     (lambda m, p: decode.Sampling(top_p=1.5), r"top_p must be in \(0, 1\]"),
     (lambda m, p: decode.Sampling(temperature=-1.0), "temperature"),
     (lambda m, p: decode.Sampling(top_k=-2), "top_k"),
-    (lambda m, p: decode.beam_search(m, p, [[1]], max_new_tokens=3, beam_size=0),
+    (lambda m, p: beam_search.beam_search(m, p, [[1]], max_new_tokens=3, beam_size=0),
      "beam_size must be"),
     (lambda m, p: decode.generate(m, p, [[1]], max_new_tokens=3, encoder_inputs=[[4]]),
      "decoder-only"),

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 import tiny_run
-from transformer import generate, train
+from transformer import generate
+from transformer.training import loop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -22,7 +23,7 @@ def trained(tmp_path_factory, data_dir, family, **data):
   workdir = str(tmp_path_factory.mktemp(family))
   config = tiny_run.tiny_config(data_dir, family, **{"train.steps": 2})
   config.data.update(data)
-  train.train_and_evaluate(config, workdir)
+  loop.train_and_evaluate(config, workdir)
   return workdir
 
 

@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # threshold (32 MiB), so by default it is mapped and unmapped on every call.
 SCRIPT = """
 import resource, sys
-from transformer import host_memory
+from transformer.cpu import host_memory
 if sys.argv[1] == "retain":
   assert host_memory.retain_freed_memory()
 import jax, jax.numpy as jnp

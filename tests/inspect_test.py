@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from transformer import inspect
+from transformer.analysis import model_stats
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ ARCH = {name: importlib.import_module(f"configs.arch.{name}").get_config()
 
 @pytest.fixture(scope="module")
 def llama():
-  return inspect.report(ARCH["llama3_8b"], length=131_072)
+  return model_stats.report(ARCH["llama3_8b"], length=131_072)
 
 
 def test_llama3_8b_numbers_from_the_seed(llama):
@@ -41,12 +41,12 @@ def test_llama3_8b_numbers_from_the_seed(llama):
 
 
 def test_score_entries_at_100k_tokens():
-  r = inspect.report(ARCH["llama3_8b"], length=100_000)
+  r = model_stats.report(ARCH["llama3_8b"], length=100_000)
   assert r["score_entries_per_head"]["entries"] == 10_000_000_000
 
 
 def test_llama3_1_shares_the_count_and_extends_context():
-  r = inspect.report(ARCH["llama3_1_8b"])
+  r = model_stats.report(ARCH["llama3_1_8b"])
   assert r["params"]["total"] == 8_030_261_248
   assert r["kv_cache"]["bytes_at_max_len"] == 131_072 * 131_072
 
@@ -60,7 +60,7 @@ HF_COUNTS = {"gpt2_small": 124_439_808, "bert_base": 109_514_298, "t5_small": 60
 
 @pytest.mark.parametrize("name", sorted(HF_COUNTS))
 def test_presets_match_reference_parameter_counts(name):
-  assert inspect.count_params(ARCH[name].model)["total"] == HF_COUNTS[name]
+  assert model_stats.count_params(ARCH[name].model)["total"] == HF_COUNTS[name]
 
 
 def _hf_count(name):
@@ -86,7 +86,7 @@ def test_reference_counts_recomputed_with_transformers(name):
 
 def test_vaswani_base_layers_match_torch_reference():
   torch = pytest.importorskip("torch", reason="interop extra not installed")
-  p = inspect.count_params(ARCH["vaswani_base"].model)
+  p = model_stats.count_params(ARCH["vaswani_base"].model)
   enc = torch.nn.TransformerEncoderLayer(512, 8, 2048)
   dec = torch.nn.TransformerDecoderLayer(512, 8, 2048)
   size = lambda m: sum(x.numel() for x in m.parameters())
@@ -99,20 +99,20 @@ def test_vaswani_base_layers_match_torch_reference():
 def test_vaswani_base_is_the_papers_size():
   # Table 3 of the paper lists 65M parameters for the base model; the shared 37k table
   # without final norms gives 63.1M (the paper's count included details it does not state).
-  assert inspect.count_params(ARCH["vaswani_base"].model)["total"] / 1e6 == pytest.approx(
+  assert model_stats.count_params(ARCH["vaswani_base"].model)["total"] / 1e6 == pytest.approx(
       65, abs=2.5)
 
 
 def test_flops_per_token_formula():
   cfg = ARCH["gpt2_small"].model
-  f = inspect.flops_per_token(cfg, 1024)
-  n = inspect.count_params(cfg)["non_embedding"]
+  f = model_stats.flops_per_token(cfg, 1024)
+  n = model_stats.count_params(cfg)["non_embedding"]
   assert f["total"] == 6 * n + 6 * 12 * 1024 * 768
 
 
 def test_comparisons_count_the_triangles():
   for n in (1, 7, 40):
-    c = inspect.comparisons(n)
+    c = model_stats.comparisons(n)
     assert c["with_cache"] == n * (n + 1) // 2
     assert c["without_cache"] == sum(t * (t + 1) // 2 for t in range(1, n + 1))
 
@@ -143,4 +143,4 @@ def test_cli_rejects_unknown_keys():
 ])
 def test_impossible_lengths_are_refused(name, kwargs, message):
   with pytest.raises(ValueError, match=message):
-    inspect.report(ARCH[name], **kwargs)
+    model_stats.report(ARCH[name], **kwargs)

@@ -154,14 +154,15 @@ def test_shape_rule_lands_near_target(target):
 
 _INSPECT = textwrap.dedent("""
     import json, sys
-    from configs import common
-    from transformer import inspect, throughput
+    from transformer import schema
+    from transformer.analysis import model_stats
+    from transformer.training import throughput
     out = []
     for model in json.loads(sys.argv[1]):
-      cfg = common.model_config(**model)
-      counts = inspect.count_params(cfg)
+      cfg = schema.model_config(**model)
+      counts = model_stats.count_params(cfg)
       out.append(dict(total=counts["total"], non_embedding=counts["non_embedding"],
-                      inspect_flops=inspect.flops_per_token(cfg, 256)["total"],
+                      inspect_flops=model_stats.flops_per_token(cfg, 256)["total"],
                       train_flops=throughput.flops_per_token(cfg, 256, counts["non_embedding"])))
     print(json.dumps(out))
 """)
@@ -178,9 +179,9 @@ def test_counts_and_flops_match_the_model_code():
   proc = subprocess.run([sys.executable, "-c", _INSPECT, json.dumps(models)], cwd=ROOT,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  from configs import common
+  from transformer import schema
   for model, want in zip(models, json.loads(proc.stdout.splitlines()[-1])):
-    cfg = common.model_config(**model)
+    cfg = schema.model_config(**model)
     got = shapes.param_counts(cfg)
     assert (got["total"], got["non_embedding"]) == (want["total"], want["non_embedding"])
     assert shapes.flops_per_token(cfg, 256) == want["inspect_flops"] == want["train_flops"]

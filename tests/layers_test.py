@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer import layers
+from transformer.model import layers
 
 _X = np.concatenate([np.linspace(-12, 12, 2001), [-40.0, -6.5, 0.0, 1e-6, 40.0]])
 

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs.common import model_config, position_config
-from transformer import models
+from transformer.schema import model_config, position_config
+from transformer.model import models
 
 SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
 

@@ -7,12 +7,12 @@ import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from configs import common
-from transformer import optim
+from transformer import schema
+from transformer.training import optim
 
 
 def _cfg(**kw):
-  return common.opt_config(**kw)
+  return schema.opt_config(**kw)
 
 
 def test_cosine_warms_up_then_ends_at_floor():

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs.common import model_config, position_config
-from transformer import attention, positions
+from transformer.schema import model_config, position_config
+from transformer.model import attention, positions
 
 
 def test_sinusoidal_matches_the_paper_formula():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from transformer import projection
+from transformer.cpu import projection
 
 # (x shape, w shape, dimension numbers): the projections of the model library, plus the
 # layouts the hook must also get right (tied logits contract w's last axis; a permuted one).

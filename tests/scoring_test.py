@@ -4,10 +4,10 @@ import jax
 import numpy as np
 import pytest
 
-from configs.common import model_config
-from transformer import models
+from transformer.schema import model_config
+from transformer.model import models
 from transformer.data import tokenizers
-from transformer.scoring import Scorer
+from transformer.inference.scoring import Scorer
 
 
 def test_continuation_scores_match_a_forward_pass():

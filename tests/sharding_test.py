@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import tiny_run
-from transformer import sharding, train
+from transformer.training import sharding, loop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MESHES = [(8, 1, 1), (2, 4, 1), (2, 2, 2)]
@@ -104,7 +104,7 @@ def test_cpu_device_count_is_the_largest_that_fits():
 def test_meshes_on_eight_devices_match_one_device(tmp_path, tmp_path_factory):
   env = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
   data_dir = str(tmp_path / "tfds")
-  one = train.train_and_evaluate(tiny_run.tiny_config(data_dir), str(tmp_path / "one"))
+  one = loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(tmp_path / "one"))
   assert one["step"] == 3
   reference = tiny_run.losses(str(tmp_path / "one"))
 
@@ -112,13 +112,13 @@ def test_meshes_on_eight_devices_match_one_device(tmp_path, tmp_path_factory):
 import json, sys
 sys.path.insert(0, {HERE!r})
 import jax, tiny_run
-from transformer import train
+from transformer.training import loop
 assert jax.device_count() == 8, jax.devices()
 out = {{}}
 for mesh in {MESHES!r}:
   workdir = {str(tmp_path)!r} + "/mesh" + "x".join(map(str, mesh))
   config = tiny_run.tiny_config({data_dir!r}, **{{"mesh.shape": mesh}})
-  train.train_and_evaluate(config, workdir)
+  loop.train_and_evaluate(config, workdir)
   out[str(mesh)] = tiny_run.losses(workdir)
 print(json.dumps(out))
 """

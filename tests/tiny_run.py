@@ -4,7 +4,7 @@ stop itself at chosen moments (a signal at step k, SIGKILL halfway through a sav
     python tests/tiny_run.py --workdir W --data_dir D [--set train.steps=6 ...]
         [--signal_at_step 3:SIGTERM] [--kill_during_save_of_step 4]
         [--coordinator_address localhost:1234 --num_processes 2 --process_id 0]
-        [--cpu_devices N]   (the train command's flag, through train.configure_host)
+        [--cpu_devices N]   (the train command's flag, through loop.configure_host)
 
 Prints one JSON line {"losses": [...], "summary": {...}} on success.
 """
@@ -83,21 +83,20 @@ def main():
   config = tiny_config(args.data_dir, args.family, **overrides)
 
   if args.cpu_devices is not None:
-    from absl import flags
-    from transformer import train
-    flags.FLAGS([sys.argv[0], f"--cpu_devices={args.cpu_devices}", "--noretain_host_memory"])
-    train.configure_host([config])
+    from transformer.training import loop
+    loop.configure_host([config], cpu_devices=args.cpu_devices, retain_host_memory=False)
 
-  from transformer import sharding
+  from transformer.training import sharding
   sharding.initialize_distributed(args.coordinator_address, args.num_processes,
                                   args.process_id)
-  from transformer import data_shards, train
+  from transformer.data import shards
+  from transformer.training import loop
 
   if args.signal_at_step:
     step, name = args.signal_at_step.split(":")
     # Raise the signal while the loop fetches the batch of step `step`: the loop finishes
     # that step, then checkpoints and exits.
-    original_next = data_shards.ShardedBatches.__next__
+    original_next = shards.ShardedBatches.__next__
     calls = {"n": 0}
     def next_then_signal(self):
       if self.split == "train":
@@ -105,7 +104,7 @@ def main():
         if calls["n"] == int(step):
           os.kill(os.getpid(), getattr(signal, name))
       return original_next(self)
-    data_shards.ShardedBatches.__next__ = next_then_signal
+    shards.ShardedBatches.__next__ = next_then_signal
 
   if args.kill_during_save_of_step:
     # Die after every file of that step is written but before orbax renames its temporary
@@ -118,7 +117,7 @@ def main():
       return await original_finalize(self)
     atomicity.AtomicRenameTemporaryPath.finalize = finalize_or_die
 
-  summary = train.train_and_evaluate(config, args.workdir)
+  summary = loop.train_and_evaluate(config, args.workdir)
   import jax
   out = {"summary": {k: v for k, v in summary.items() if k != "config"},
          "devices": jax.device_count()}

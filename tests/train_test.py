@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tiny_run
-from transformer import checkpoint, sharding, tensorboard_events, train
+from transformer.training import checkpoint, sharding, tensorboard_events, loop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -51,7 +51,7 @@ def params_of(workdir):
 def test_run_writes_config_metrics_events_summary_and_checkpoint(tmp_path, data_dir):
   config = tiny_run.tiny_config(data_dir, **{"train.steps": 4, "train.eval_every": 2,
                                              "train.checkpoint_every": 2})
-  summary = train.train_and_evaluate(config, str(tmp_path))
+  summary = loop.train_and_evaluate(config, str(tmp_path))
 
   assert json.load(open(tmp_path / "config.json"))["model"]["d_model"] == 64
   rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
@@ -133,28 +133,28 @@ def test_cpu_split_into_per_core_devices_trains_the_same_model(tmp_path, data_di
 
 
 def test_incompatible_checkpoint_is_refused_and_nothing_is_overwritten(tmp_path, data_dir):
-  train.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 1}), str(tmp_path))
+  loop.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 1}), str(tmp_path))
   before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
   wider = tiny_run.tiny_config(data_dir, **{"train.steps": 2, "model.d_model": 128})
   with pytest.raises(ValueError, match=r"different model \(model.d_model: 64 saved vs 128 now"):
-    train.train_and_evaluate(wider, str(tmp_path))
+    loop.train_and_evaluate(wider, str(tmp_path))
   # Another tokenizer is refused before it is trained into the workdir.
   retokenized = tiny_run.tiny_config(data_dir, **{"data.tokenizer": "sentencepiece",
                                                   "data.vocab_size": 256})
   with pytest.raises(ValueError, match=r"different data stream \(data.tokenizer: 'bytes' "):
-    train.train_and_evaluate(retokenized, str(tmp_path))
+    loop.train_and_evaluate(retokenized, str(tmp_path))
   assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
   assert checkpoint.make_manager(str(tmp_path)).all_steps() == [1]
 
 
 def test_a_checkpoint_that_does_not_restore_names_the_settings_and_writes_nothing(
     tmp_path, data_dir):
-  train.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 1}), str(tmp_path))
+  loop.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 1}), str(tmp_path))
   before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
   other_opt = tiny_run.tiny_config(data_dir, **{"train.steps": 2, "opt.name": "sgd"})
   with pytest.raises(ValueError, match=r"step-1 checkpoint does not restore into this config "
                                        r"\(opt.name: 'adamw' saved vs 'sgd' now\); use a new"):
-    train.train_and_evaluate(other_opt, str(tmp_path))
+    loop.train_and_evaluate(other_opt, str(tmp_path))
   assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
@@ -164,19 +164,19 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_workdir(tmp_path, data
   def fail(*args, **kwargs):
     raise ValueError("not today")
   if where == "model":  # before anything is written
-    monkeypatch.setattr(train.models, "make_model", fail)
+    monkeypatch.setattr(loop.models, "make_model", fail)
   else:  # after config.json and the empty logs
-    monkeypatch.setattr(train.ShardedBatches, "__next__", fail)
+    monkeypatch.setattr(loop.ShardedBatches, "__next__", fail)
   for workdir, kept in ((tmp_path / "new" / "run", False), (tmp_path, True)):
     with pytest.raises(ValueError, match="not today"):
-      train.train_and_evaluate(tiny_run.tiny_config(data_dir), str(workdir))
+      loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(workdir))
     assert os.path.exists(workdir) == kept  # only a directory the run made is removed
 
 
 def test_gradient_accumulation_matches_the_full_batch(tmp_path, data_dir):
-  full = train.train_and_evaluate(
+  full = loop.train_and_evaluate(
       tiny_run.tiny_config(data_dir, **{"train.steps": 2}), str(tmp_path / "full"))
-  accum = train.train_and_evaluate(
+  accum = loop.train_and_evaluate(
       tiny_run.tiny_config(data_dir, **{"train.steps": 2, "opt.grad_accum_steps": 4}),
       str(tmp_path / "accum"))
   a, b = tiny_run.losses(str(tmp_path / "full")), tiny_run.losses(str(tmp_path / "accum"))
@@ -190,7 +190,7 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
       "opt.clip_norm": 0.0, "opt.name": "sgd", "opt.momentum": 0.0, "opt.warmup_steps": 0})
   config.opt.lr = 1e30  # the first update overflows the weights
   with pytest.raises(FloatingPointError, match="not finite at step 2"):
-    train.train_and_evaluate(config, str(tmp_path))
+    loop.train_and_evaluate(config, str(tmp_path))
   assert checkpoint.make_manager(str(tmp_path)).all_steps() == [1]
 
 
@@ -199,7 +199,7 @@ def test_other_families_train(tmp_path, data_dir, family):
   config = tiny_run.tiny_config(data_dir, family, **{"train.steps": 8})
   if family == "seq2seq":
     config.data.update(dict(max_length=8, seq_len=16))
-  train.train_and_evaluate(config, str(tmp_path))
+  loop.train_and_evaluate(config, str(tmp_path))
   rows = tiny_run.losses(str(tmp_path))
   assert rows[8] < rows[1]
 
@@ -215,7 +215,7 @@ def test_other_families_train(tmp_path, data_dir, family):
 ])
 def test_bad_input_is_one_clear_error_before_compute(tmp_path, data_dir, overrides, message):
   with pytest.raises(ValueError, match=message):
-    train.train_and_evaluate(tiny_run.tiny_config(data_dir, **overrides), str(tmp_path))
+    loop.train_and_evaluate(tiny_run.tiny_config(data_dir, **overrides), str(tmp_path))
   assert not os.path.exists(tmp_path / "checkpoints")
 
 
@@ -223,7 +223,7 @@ def test_unwritable_workdir(tmp_path, data_dir):
   blocker = tmp_path / "file"
   blocker.write_text("")
   with pytest.raises(ValueError, match="cannot write to --workdir"):
-    train.train_and_evaluate(tiny_run.tiny_config(data_dir), str(blocker / "run"))
+    loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(blocker / "run"))
 
 
 def test_command_line_is_locked_and_errors_are_one_line(tmp_path):

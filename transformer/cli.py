@@ -6,10 +6,42 @@ raises only when the program first touches it. Every program runs
 
     app.run(main, flags_parser=cli.parse_flags)
 
-and reads its config flag through `cli.config(flag_holder)`.
+and reads its config flag through `cli.config(flag_holder)`. Programs that train (the train
+command, the experiments) define the train command's flags with `define_train_flags()` when
+they are imported as entry points; library modules define no flags.
 """
 
 from absl import flags
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+
+
+def define_train_flags() -> None:
+  """--config, --workdir and the multi-process and host flags of `python -m transformer.train`
+  (and of the experiments, which train through it)."""
+  config_flags.DEFINE_config_file("config", None, "Experiment config file[:args].",
+                                  lock_config=True)
+  flags.DEFINE_string("workdir", None, "Run directory: logs and checkpoints.")
+  flags.DEFINE_string("coordinator_address", "", "host:port of process 0, for multi-process "
+                      "runs outside TPU pods and SLURM.")
+  flags.DEFINE_integer("num_processes", 0, "Processes in the job.")
+  flags.DEFINE_integer("process_id", -1, "This process's index in the job.")
+  flags.DEFINE_bool("retain_host_memory", True, "Reuse freed host memory instead of returning "
+                    "it to the kernel: faster CPU steps at a higher peak RSS "
+                    "(transformer/cpu/host_memory.py; figures in docs/performance.md).")
+  flags.DEFINE_integer(
+      "cpu_devices", 1, "XLA:CPU devices to split this process's cores into, data-parallel "
+      "over the mesh's -1 axis: 1 = one device using every core; 0 = one per core, or the "
+      "most the config's mesh and batch divide evenly (docs/performance.md compares them). "
+      "Ignored when XLA_FLAGS sets --xla_force_host_platform_device_count; other backends "
+      "are unaffected.")
+
+
+def host_settings() -> dict:
+  """The host flags of `define_train_flags()` as `loop.configure_host` keywords."""
+  return dict(cpu_devices=FLAGS.cpu_devices, retain_host_memory=FLAGS.retain_host_memory,
+              num_processes=FLAGS.num_processes)
 
 
 def one_line(e: BaseException) -> str:

@@ -15,7 +15,10 @@ import traceback
 
 from absl import app, flags, logging
 
-from transformer import checkpoint, decode, models
+from transformer import cli
+from transformer.inference import beam_search, decode
+from transformer.model import models
+from transformer.training import checkpoint
 
 
 def continuation(workdir: str, prompt: str, *, max_new_tokens: int = 64,
@@ -45,7 +48,7 @@ def continuation(workdir: str, prompt: str, *, max_new_tokens: int = 64,
 
   start = time.perf_counter()
   if beam_size > 1:
-    tokens_BWT, _ = decode.beam_search(model, params, prompts, max_new_tokens=max_new_tokens,
+    tokens_BWT, _ = beam_search.beam_search(model, params, prompts, max_new_tokens=max_new_tokens,
                                        beam_size=beam_size, length_penalty_alpha=length_penalty,
                                        eos_id=tokenizer.eos_id, encoder_inputs=encoder_inputs)
     new = tokens_BWT[0, 0]
@@ -99,6 +102,11 @@ def main(argv):
   print(text)
 
 
-if __name__ == "__main__":
+def run():
+  """The `transformer-generate` console script."""
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)
+
+
+if __name__ == "__main__":
+  run()

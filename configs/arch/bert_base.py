@@ -9,7 +9,7 @@ The NSP pooler is off (BertForMaskedLM has none); set model.pooler=True for pool
 
 import ml_collections
 
-from configs.common import model_config, position_config
+from transformer.schema import model_config, position_config
 
 
 def get_config(arg=None):

@@ -5,7 +5,7 @@
 
 import ml_collections
 
-from configs.common import model_config, position_config
+from transformer.schema import model_config, position_config
 
 
 def get_config(arg=None):

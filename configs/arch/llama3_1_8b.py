@@ -6,7 +6,7 @@
 import ml_collections
 
 from configs.arch.llama3_8b import llama3_8b_model
-from configs.common import position_config
+from transformer.schema import position_config
 
 
 def get_config(arg=None):

@@ -6,7 +6,7 @@
 
 import ml_collections
 
-from configs.common import model_config, position_config
+from transformer.schema import model_config, position_config
 
 
 def llama3_8b_model(**overrides):

@@ -9,7 +9,7 @@ final state scaled by d_model^-0.5.
 
 import ml_collections
 
-from configs.common import model_config, position_config
+from transformer.schema import model_config, position_config
 
 
 def get_config(arg=None):

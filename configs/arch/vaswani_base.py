@@ -9,7 +9,7 @@ en-de setup), embeddings scaled by sqrt(d_model), dropout 0.1.
 
 import ml_collections
 
-from configs.common import model_config, position_config
+from transformer.schema import model_config, position_config
 
 
 def get_config(arg=None):

@@ -20,9 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from configs.common import model_config
-from transformer import attention, host_memory
-from transformer.positions import AttentionTerms
+from transformer.schema import model_config
+from transformer.cpu import host_memory
+from transformer.model import attention
+from transformer.model.positions import AttentionTerms
 
 _LENGTHS = flags.DEFINE_list("lengths", ["1024", "2048", "4096", "8192", "16384"], "Lengths.")
 _HEADS = flags.DEFINE_integer("heads", 8, "Query heads (and key/value heads).")

@@ -26,8 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from configs.common import model_config, position_config
-from transformer import decode, models
+from transformer.schema import model_config, position_config
+from transformer.inference import decode
+from transformer.model import models
 
 _NEW = flags.DEFINE_list("new_tokens", ["128", "256", "512", "1024"], "Lengths to generate.")
 _PROMPT = flags.DEFINE_integer("prompt", 16, "Prompt length (tokens).")

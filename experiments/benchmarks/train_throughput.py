@@ -42,13 +42,16 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from configs import common
+from transformer import cli, schema
 from experiments import results as experiment_results
-from transformer import (cpu_attention, inspect, models, objectives, optim, sharding,
-                         throughput, train, train_state)
+from transformer.analysis import model_stats
+from transformer.cpu import fused_attention
+from transformer.model import models
+from transformer.training import losses, optim, sharding, throughput, loop, train_state
 
 # One XLA:CPU device per core, data-parallel (the train command's --cpu_devices=0); pass
 # --cpu_devices=1 for the train command's default, one device using every core.
+cli.define_train_flags()
 flags.FLAGS.set_default("cpu_devices", 0)
 _WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per workload (median reported).")
@@ -67,11 +70,11 @@ WORKLOADS = {
 
 def experiment(name: str):
   w = WORKLOADS[name]
-  model = common.model_config(kind="decoder", vocab_size=256, ffn="gelu",
-                              max_len=w["seq_len"], position=common.position_config("learned"),
+  model = schema.model_config(kind="decoder", vocab_size=256, ffn="gelu",
+                              max_len=w["seq_len"], position=schema.position_config("learned"),
                               **w["model"])
-  data = common.ml_collections.ConfigDict(dict(seq_len=w["seq_len"]))
-  config = common.experiment_config(model, data, common.objective_config("lm"),
+  data = schema.ml_collections.ConfigDict(dict(seq_len=w["seq_len"]))
+  config = schema.experiment_config(model, data, schema.objective_config("lm"),
                                     batch_size=w["batch_size"], steps=1000)
   config.opt.name = "adamw"
   config.model.attention = _ATTENTION.value
@@ -101,7 +104,7 @@ def measure(name: str) -> dict:
   with sharding.activate(mesh):
     state = jax.jit(init, out_shardings=state_shardings)(0)
     step_fn = jax.jit(
-        train.make_train_step(objectives.make_loss_fn(config.objective, model), tx,
+        loop.make_train_step(losses.make_loss_fn(config.objective, model), tx,
                               optim.make_schedule(config.opt, config.train.steps), 1),
         in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
         out_shardings=(state_shardings, None), donate_argnums=0)
@@ -123,7 +126,7 @@ def measure(name: str) -> dict:
     cpu_times.append(time.process_time() - cpu_start)
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_start)
 
-  _, non_embedding = inspect.param_totals(shapes)
+  _, non_embedding = model_stats.param_totals(shapes)
   flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len,
                                                non_embedding)
   tokens = config.train.batch_size * config.data.seq_len
@@ -146,15 +149,16 @@ def main(argv):
     if name not in WORKLOADS:
       raise app.UsageError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
   # --retain_host_memory and --cpu_devices, as the train command applies them.
-  retained = train.configure_host([experiment(name) for name in _WORKLOADS.value])
+  retained = loop.configure_host([experiment(name) for name in _WORKLOADS.value],
+                                 **cli.host_settings())
   print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs "
         f"({experiment_results.cpu_model()}), {jax.devices()[0].device_kind} x{jax.device_count()}, "
         f"jax {jax.__version__}; load average {os.getloadavg()[0]:.1f}; freed host memory "
         f"{'retained' if retained else 'returned to the kernel'}")
-  why_not = cpu_attention.unavailable()
+  why_not = fused_attention.unavailable()
   print(f"model.attention={_ATTENTION.value!r}" + (
       "" if _ATTENTION.value != "auto" else
-      " -> fused_cpu (transformer/cpu_attention.cc)" if why_not is None else
+      " -> fused_cpu (transformer/cpu/fused_attention.cc)" if why_not is None else
       f" -> query_blocks ({why_not})"))
   peak_before = throughput.measure_matmul_peak(_PEAK_N.value, repeats=5)
   results = [measure(name) for name in _WORKLOADS.value]

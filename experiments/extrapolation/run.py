@@ -23,13 +23,16 @@ from absl import app, flags, logging
 
 from experiments import results as experiment_results
 from experiments.extrapolation import plots
-from transformer import checkpoint, cli, data, positions, train
-from transformer.data import objectives as data_objectives
+from transformer import cli, data, schema
+from transformer.model import positions
+from transformer.training import checkpoint, loop
+from transformer.data import featurize as data_objectives
 from transformer.data import sources
-from transformer.scoring import Scorer
+from transformer.inference.scoring import Scorer
 
-# --config and --workdir are transformer.train's flags (defined when it is imported):
-# the same config file format, here with an `experiment` block, and the results directory.
+# --config and --workdir are the train command's flags: the same config file format, here
+# with an `experiment` block, and the results directory.
+cli.define_train_flags()
 FLAGS = flags.FLAGS
 
 EXPERIMENT = "experiments.extrapolation.run"  # recorded in results.json: who wrote it
@@ -43,8 +46,8 @@ EVAL_VARIANTS = {"rope+pi": ("rope", "linear"), "rope+yarn": ("rope", "yarn")}
 BOOKKEEPING_KEYS = (("train.log_every", "train.eval_every", "train.checkpoint_every",
                      "train.keep_checkpoints", "train.keep_best", "train.async_checkpoint",
                      "train.peak_flops", "mesh.shape")
-                    + checkpoint.RELOCATABLE_DATA_KEYS
-                    + tuple(f"model.{k}" for k in checkpoint.RUNTIME_ONLY_MODEL_KEYS))
+                    + schema.RELOCATABLE_DATA_KEYS
+                    + tuple(f"model.{k}" for k in schema.COMPUTE_KEYS))
 
 
 def scheme_config(config: ml_collections.ConfigDict, scheme: str) -> ml_collections.ConfigDict:
@@ -68,7 +71,7 @@ def check_schemes(config, schemes, key: str = "experiment.schemes") -> None:
       raise ValueError(f"unknown scheme {scheme!r} in {key}; valid: {sorted(positions.SCHEMES)}"
                        + (f" ({', '.join(EVAL_VARIANTS)} are evaluated with rope)"
                           if scheme in EVAL_VARIANTS else ""))
-    train.check_config(scheme_config(config, scheme))
+    loop.check_config(scheme_config(config, scheme))
 
 
 def check_finished_run(config, run_dir: str, summary: dict) -> None:
@@ -112,7 +115,7 @@ def train_schemes(config, workdir: str, schemes) -> dict:
     summary_path = os.path.join(run_dir, "summary.json")
     if not os.path.exists(summary_path):
       print(f"== training {scheme} in {run_dir}", flush=True)
-      train.train_and_evaluate(scheme_config(config, scheme), run_dir)
+      loop.train_and_evaluate(scheme_config(config, scheme), run_dir)
       if not os.path.exists(summary_path):  # stopped by a signal; its checkpoint is saved
         sys.exit(f"training {scheme} stopped before the end; re-run the same command to resume")
     with open(summary_path) as f:
@@ -238,7 +241,7 @@ def main(argv):
 
 
 def run(config, workdir: str) -> None:
-  train.configure_host()
+  loop.configure_host(**cli.host_settings())
   logging.set_verbosity(logging.ERROR)  # checkpoint libraries log every save at INFO
   start = time.time()
   exp = config.experiment

@@ -9,7 +9,9 @@ import os
 
 import numpy as np
 
-from transformer import attention_maps, data, models
+from transformer import data
+from transformer.analysis import attention_maps
+from transformer.model import models
 
 
 def _word_spans(tokenizer, text: str):

@@ -25,10 +25,12 @@ from absl import app, flags, logging
 from experiments.extrapolation.run import check_schemes, train_schemes
 from experiments import results as experiment_results
 from experiments.probes import heads, plots
-from transformer import checkpoint, cli, data, train
-from transformer.scoring import Scorer
+from transformer import cli, data
+from transformer.training import checkpoint, loop
+from transformer.inference.scoring import Scorer
 
-FLAGS = flags.FLAGS  # --config / --workdir: transformer.train's flags
+cli.define_train_flags()  # --config / --workdir: the train command's flags
+FLAGS = flags.FLAGS
 EXPERIMENT = "experiments.probes.run"  # recorded in results.json: who wrote it
 
 
@@ -107,7 +109,7 @@ def main(argv):
 
 
 def run(config, workdir: str) -> None:
-  train.configure_host()
+  loop.configure_host(**cli.host_settings())
   logging.set_verbosity(logging.ERROR)
   start = time.time()
   exp = config.experiment

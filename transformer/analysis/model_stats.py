@@ -1,6 +1,7 @@
 """What a model config costs, without allocating its weights (jax.eval_shape).
 
   python -m transformer.inspect --config configs/arch/llama3_8b.py [--json] [--length 100000]
+(the command is transformer/inspect.py; `report(cfg, ...)` is the arithmetic.)
 
 Counts come from the real module's abstract parameters, so they cannot drift from the model.
 Conventions:
@@ -12,18 +13,14 @@ Conventions:
   * attention comparisons count query-key dot products per head per layer, as the seed does.
 """
 
-import json
 import math
-import sys
 
 import jax
 import ml_collections
 import numpy as np
-from absl import app, flags
-from ml_collections import config_flags
 
-from transformer import cli, models
-from transformer.positions import rope_frequencies
+from transformer.model import models
+from transformer.model.positions import rope_frequencies
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "float8": 1}
 
@@ -198,35 +195,3 @@ def print_report(r: dict) -> None:
     print(f"RoPE: {ro['pairs']} pairs from {ro['fastest_degrees_per_token']:.1f} degrees per "
           f"token to one turn every {ro['slowest_tokens_per_turn']:,.0f} tokens")
 
-
-def _define_flags():
-  # Defined only when run as a program, so importing this module (as the trainer does)
-  # never collides with another program's --config.
-  config_flags.DEFINE_config_file("config", None, "Config file with a `model` entry.")
-  flags.DEFINE_bool("json", False, "Print one JSON object instead of text.")
-  flags.DEFINE_integer("length", None, "Sequence length for the length-dependent figures "
-                       "(default: model.max_len).")
-  flags.DEFINE_enum("dtype", "bfloat16", sorted(DTYPE_BYTES), "KV-cache element type.")
-  flags.DEFINE_integer("new_tokens", 40, "Generated tokens for the comparison count.")
-
-
-def main(argv):
-  del argv
-  FLAGS = flags.FLAGS
-  config = cli.config(FLAGS["config"])
-  if config is None:
-    sys.exit("error: --config is required, e.g. --config configs/arch/llama3_8b.py")
-  try:
-    r = report(config, FLAGS.length, FLAGS.dtype, FLAGS.new_tokens)
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
-  if FLAGS.json:
-    print(json.dumps(r, indent=1))
-  else:
-    print_report(r)
-
-
-if __name__ == "__main__":
-  jax.config.update("jax_platforms", "cpu")
-  _define_flags()
-  app.run(main, flags_parser=cli.parse_flags)

@@ -1,4 +1,4 @@
-"""Fused exact attention for x86 CPUs with AVX-512 (float32): transformer/cpu_attention.cc,
+"""Fused exact attention for x86 CPUs with AVX-512 (float32): transformer/cpu/fused_attention.cc,
 compiled on first use with the system's C++ compiler and called through XLA's FFI.
 
 Why a kernel: XLA:CPU writes each block of scores to memory between the q.k product, the

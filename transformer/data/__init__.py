@@ -11,7 +11,7 @@ from transformer.data.algorithmic import TASKS
 from transformer.data.builders import BUILDERS, SIZES
 from transformer.data.grammar import AgreementProbe, SenseProbe, agreement_probes, sense_probes
 from transformer.data.kv_retrieval import items as kv_items
-from transformer.data.objectives import OBJECTIVES, PROMPT_SEPARATOR
+from transformer.data.featurize import OBJECTIVES, PROMPT_SEPARATOR
 from transformer.data.pipeline import (default_config, iterator_state, make_dataset,
                                        make_iterator, restore_iterator, unigram_entropy, validate)
 from transformer.data.sources import describe, load

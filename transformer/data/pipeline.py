@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 
 from transformer.data import builders
-from transformer.data import objectives
+from transformer.data import featurize
 from transformer.data import sources
 from transformer.data import tokenizers
 
@@ -73,13 +73,13 @@ def validate(data_config, objective: str | None = None,
     raise ValueError(f"data.seq_len must be >= 2, got {data_config.seq_len}")
   if data_config.cross_document and (not data_config.packing or objective not in (None, "lm")):
     raise ValueError("data.cross_document needs data.packing=True and the 'lm' objective")
-  if objective is not None and objectives.get_objective(objective).needs_seq2seq:
+  if objective is not None and featurize.get_objective(objective).needs_seq2seq:
     if sources.fields(data_config) != sources.SEQ2SEQ_FIELDS:
       seq2seq = sorted(n for n, f in builders.FIELDS.items() if f == sources.SEQ2SEQ_FIELDS)
       raise ValueError(f"objective {objective!r} needs an inputs/targets dataset {seq2seq}, "
                        f"got {data_config.name!r}")
   sources.check(data_config)
-  if objective is not None and objectives.get_objective(objective).needs_seq2seq and (
+  if objective is not None and featurize.get_objective(objective).needs_seq2seq and (
       data_config.tokenizer == "bytes"):
     for split in splits:
       longest = builders.longest_seq2seq_chars(data_config, split)
@@ -92,7 +92,7 @@ def validate(data_config, objective: str | None = None,
 @dataclasses.dataclass(frozen=True)
 class _Featurize:
   # Picklable (unlike a lambda), so grain can also run it in worker processes.
-  objective: objectives.Objective
+  objective: featurize.Objective
   tokenizer: object
   data_config: ml_collections.ConfigDict
 
@@ -142,7 +142,7 @@ def make_dataset(data_config, tokenizer, *, split, batch_size, objective, seed,
                  shard_index=0, shard_count=1, num_epochs=None) -> grain.IterDataset:
   """The pipeline as a grain IterDataset (make_iterator is iter() of this)."""
   validate(data_config, objective)
-  obj = objectives.get_objective(objective)
+  obj = featurize.get_objective(objective)
   if not 0 <= shard_index < shard_count:
     raise ValueError(f"need 0 <= shard_index < shard_count, got {shard_index}, {shard_count}")
   records = sources.load(data_config, split)
@@ -209,7 +209,7 @@ def unigram_entropy(data_config, tokenizer, split: str, max_records: int | None 
     records = records[:max_records]
   counts_V = np.zeros(tokenizer.vocab_size, np.int64)
   for record in records:
-    features = objectives.lm(record, tokenizer, None, data_config)
+    features = featurize.lm(record, tokenizer, None, data_config)
     counts_V += np.bincount(features["targets"][features["weights"] > 0],
                             minlength=tokenizer.vocab_size)
   p = counts_V[counts_V > 0] / counts_V.sum()

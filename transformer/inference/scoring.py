@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from transformer import models
+from transformer.model import models
 
 
 class Scorer:

@@ -2,45 +2,42 @@ r"""Hugging Face checkpoints <-> this project's model config and parameters.
 
     python -m transformer.convert --from_hf SRC_DIR --to WORKDIR   # HF directory -> a run dir
     python -m transformer.convert --from WORKDIR --to_hf DST_DIR   # and back
+(the command is transformer/convert.py; this module is the library.)
 
 Nothing saved is overwritten: --to must be new or empty (writing step 0 into a training run
 would prune its checkpoints), and --to_hf must hold no config.json, safetensors or checkpoints/.
 
-    model_config, variables = convert.from_hf("gpt2_dir")
+    model_config, variables = hf.from_hf("gpt2_dir")
     logits_BLV = models.make_model(model_config).apply(variables, tokens_BL)
-    convert.to_hf(model_config, variables, "out_dir")
+    hf.to_hf(model_config, variables, "out_dir")
 
 GPT-2, Llama, BERT and T5, picked by config.json's model_type; their names, layouts and
-configs are in transformer/hf_families.py. Every parameter of ours must come from a tensor and
+configs are in transformer/interop/hf_families.py. Every parameter of ours must come from a tensor and
 every tensor must be used or be a known duplicate/buffer, so nothing is left at random init or
 dropped unnoticed. Export re-reads the config it writes and refuses a model the family cannot
 express exactly. Only safetensors and numpy are used: converting needs no PyTorch.
 """
 
 import json
-import logging as std_logging
 import os
 import re
-import shutil
-import traceback
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import app, flags, logging
 from flax import traverse_util
 from flax.linen import meta
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from transformer import cli, models
-from transformer.hf_families import FAMILIES, family_of
+from transformer import schema
+from transformer.model import models
+from transformer.interop.hf_families import FAMILIES, family_of
 
 # Keys that choose how a model is computed or trained, not which function it is: free to
 # override on import, and ignored when checking that an export is exact.
-RUNTIME_KEYS = ("dtype", "param_dtype", "attention", "attention_chunk", "attention_query_block",
-                "scan_layers", "remat", "dropout_rate", "attention_dropout_rate")
+RUNTIME_KEYS = schema.RUNTIME_KEYS
 # The position keys each scheme (and each RoPE scaling) reads; the rest do not change the model.
 POSITION_KEYS = {"learned": (), "t5_bias": ("num_buckets", "max_distance"),
                  "rope": ("theta", "rotary_fraction", "scaling")}
@@ -303,196 +300,3 @@ def to_hf(cfg: ml_collections.ConfigDict, variables: dict, path: str,
   with open(os.path.join(path, "config.json"), "w") as f:
     json.dump(hf, f, indent=2, sort_keys=True)
   _write_tensors(tensors, path, max_shard_bytes)
-
-
-# ---------------------------------------------------------------------------------------------
-# Run directories, laid out as transformer.train leaves them (config.json, checkpoints/), so
-# transformer.generate and evaluation load a converted model like a trained one.
-
-EXPERIMENTS = {"decoder": "configs.lm", "encoder": "configs.mlm",
-               "encoder_decoder": "configs.seq2seq"}
-HF_TOKENIZER = "huggingface"  # data.tokenizer of a converted run; its files go to tokenizer/
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "vocab.json", "merges.txt", "vocab.txt", "spiece.model", "tokenizer.model",
-                   "generation_config.json")
-
-
-# A run trained on the built-in bytes tokenizer has no file transformers reads: the export
-# names it (and its special ids) in config.json, so importing the export back restores it.
-TOKENIZER_KEY = "transformer_tokenizer"
-BUILTIN_TOKENIZERS = ("bytes",)
-
-
-def export_tokenizer(workdir: str, dst: str, kind: str) -> str:
-  """Put a run's tokenizer beside its exported model; returns what was done, for the log."""
-  from transformer import checkpoint
-  from transformer.data import tokenizers
-  path = os.path.join(workdir, "config.json")
-  name = _read_json(path).get("data", {}).get("tokenizer") if os.path.exists(path) else None
-  if name == HF_TOKENIZER:
-    source = checkpoint.tokenizer_dir(workdir)
-    copied = [n for n in TOKENIZER_FILES if os.path.exists(os.path.join(source, n))]
-    for n in copied:
-      shutil.copyfile(os.path.join(source, n), os.path.join(dst, n))
-    return f"tokenizer files {', '.join(copied) or '(none found)'} copied"
-  if name in BUILTIN_TOKENIZERS:
-    hf = _read_json(os.path.join(dst, "config.json"))
-    hf.update({TOKENIZER_KEY: name, "pad_token_id": tokenizers.PAD_ID,
-               "bos_token_id": tokenizers.BOS_ID, "eos_token_id": tokenizers.EOS_ID})
-    if kind == "encoder_decoder":  # our decoders start from BOS
-      hf["decoder_start_token_id"] = tokenizers.BOS_ID
-    with open(os.path.join(dst, "config.json"), "w") as f:
-      json.dump(hf, f, indent=2, sort_keys=True)
-    return f"the {name} tokenizer and its special ids recorded in config.json"
-  return f"data.tokenizer={name!r} is not exported: ship its files with the model yourself"
-
-
-def special_ids(hf_config: dict, kind: str) -> dict:
-  """The model's own special ids, for transformer.data's 'huggingface' tokenizer. An
-  encoder-decoder's decoder starts from decoder_start_token_id (T5: the pad id)."""
-  first = lambda v: v[0] if isinstance(v, list) else v
-  bos = hf_config.get("bos_token_id")
-  if kind == "encoder_decoder":
-    bos = hf_config.get("decoder_start_token_id", bos)
-  return {"pad": first(hf_config.get("pad_token_id")), "bos": first(bos),
-          "eos": first(hf_config.get("eos_token_id"))}
-
-
-def check_new_workdir(workdir: str) -> None:
-  """Refuse a run directory that exists and is not empty. Saving step 0 with keep=1 would
-  prune a training run's checkpoints, its config.json would be overwritten and its
-  metrics.jsonl left beside a different model; a HF directory would lose its config.json."""
-  if os.path.exists(workdir) and not (os.path.isdir(workdir) and not os.listdir(workdir)):
-    raise FileExistsError(f"{workdir} already exists and is not empty; convert into a new "
-                          f"directory (nothing was written)")
-
-
-def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None) -> None:
-  """Write a run directory holding these parameters as the checkpoint of step 0 (with the
-  source's tokenizer files and special ids when `tokenizer_dir` is a HF directory).
-  `workdir` must not exist or be empty."""
-  check_new_workdir(workdir)
-  import importlib
-  from transformer import checkpoint  # deferred: orbax is only needed here
-  config = importlib.import_module(EXPERIMENTS[cfg.kind]).get_config()
-  config.model = cfg
-  hf = _read_json(os.path.join(tokenizer_dir, "config.json")) if tokenizer_dir else {}
-  has_files = tokenizer_dir and any(os.path.exists(os.path.join(tokenizer_dir, n))
-                                    for n in TOKENIZER_FILES)
-  config.data.tokenizer = (hf[TOKENIZER_KEY] if hf.get(TOKENIZER_KEY) in BUILTIN_TOKENIZERS
-                           and not has_files else HF_TOKENIZER)
-  config.data.seq_len = min(config.data.seq_len, cfg.max_len)  # init traces this length
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(config.to_json(indent=2, sort_keys=True) + "\n")
-  if tokenizer_dir and config.data.tokenizer == HF_TOKENIZER:
-    out = checkpoint.tokenizer_dir(workdir)
-    os.makedirs(out, exist_ok=True)
-    for name in TOKENIZER_FILES:
-      if os.path.exists(os.path.join(tokenizer_dir, name)):
-        shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(out, name))
-    with open(os.path.join(tokenizer_dir, "config.json")) as f:
-      ids = special_ids(json.load(f), cfg.kind)
-    with open(os.path.join(out, "special_ids.json"), "w") as f:
-      json.dump(ids, f)
-  manager = checkpoint.make_manager(workdir, keep=1, keep_best=0, async_save=False)
-  params = meta.unbox(variables["params"])
-  state = {"params": params, "step": jnp.zeros((), jnp.int32)}
-  checkpoint.save(manager, 0, state, {}, config, force=True)
-  manager.wait_until_finished()
-  manager.close()
-
-
-class _ReadOnlyNoiseFilter(std_logging.Filter):
-  """Orbax warns three times that the read-only manager it was asked for is read only."""
-
-  def filter(self, record):
-    message = record.getMessage()
-    return not message.startswith(("CheckpointManagerOptions.read_only=True",
-                                    "Given directory is read only"))
-
-
-def load_workdir(workdir: str, step: int | None = None, for_hf: bool = False):
-  """(model_config, variables) of a run directory's latest (or given) checkpoint. With
-  `for_hf`, a model no Hugging Face family writes exactly is refused before any parameter
-  is read."""
-  from transformer import checkpoint
-  import orbax.checkpoint as ocp
-  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
-    raise FileNotFoundError(f"{workdir}/checkpoints not found; give a run directory written by "
-                            f"transformer.train or --from_hf")
-  logger = logging.get_absl_logger()
-  if not any(isinstance(f, _ReadOnlyNoiseFilter) for f in logger.filters):
-    logger.addFilter(_ReadOnlyNoiseFilter())
-  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
-                                  options=ocp.CheckpointManagerOptions(read_only=True))
-  try:
-    step = manager.latest_step() if step is None else step
-    if step is None:
-      raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints")
-    cfg = checkpoint.read_config(manager, step).model
-    if for_hf:
-      hf_config(cfg)
-    model = models.make_model(cfg)
-    abstract = jax.eval_shape(lambda: model.init(jax.random.key(0), *models.dummy_inputs(cfg)))
-    params = manager.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(meta.unbox(abstract)["params"]))).params
-  finally:
-    manager.close()
-  return cfg, {"params": params}
-
-
-USAGE = "use --from_hf SRC_DIR --to WORKDIR, or --from WORKDIR --to_hf DST_DIR"
-
-
-def main(argv):
-  src, out, workdir, dst = (_FLAGS[k].value for k in ("from_hf", "to", "from", "to_hf"))
-  # One line, not app.UsageError's page of module docstring, for a flag left out or mixed.
-  if len(argv) > 1:
-    raise SystemExit(f"error: unexpected arguments {argv[1:]}; {USAGE}")
-  if not ((src and out and not (workdir or dst)) or (workdir and dst and not (src or out))):
-    raise SystemExit(f"error: {USAGE}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)  # orbax narrates every save at INFO
-  try:
-    _convert(src, out, workdir, dst)
-  except (ValueError, FileNotFoundError, FileExistsError) as e:
-    # Input mistakes are the user's to fix: one line; --verbosity=1 adds the trace.
-    logging.debug("%s", traceback.format_exc())
-    raise SystemExit(f"error: {e}") from None
-
-
-def _convert(src, out, workdir, dst):
-  if src:
-    check_new_workdir(out)  # before reading a possibly large checkpoint
-    cfg, variables = from_hf(src, dtype=_FLAGS.dtype, param_dtype=_FLAGS.dtype)
-    save_workdir(cfg, variables, out, tokenizer_dir=src)
-    print(f"{src} -> {out}: {cfg.kind}, {_count(variables):,} parameters")
-  else:
-    check_new_hf_dir(dst)
-    cfg, variables = load_workdir(workdir, _FLAGS.step, for_hf=True)
-    to_hf(cfg, variables, dst)
-    note = export_tokenizer(workdir, dst, cfg.kind)
-    print(f"{workdir} -> {dst}: {family_of(cfg).architecture}, {_count(variables):,} "
-          f"parameters; {note}")
-
-
-def _count(variables) -> int:
-  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(meta.unbox(variables["params"])))
-
-
-def _define_flags():
-  # Only when run as a program: importing the library must not claim global flag names.
-  flags.DEFINE_string("from_hf", None, "Hugging Face checkpoint directory to import.")
-  flags.DEFINE_string("to", None, "Run directory to write (config.json + checkpoints/).")
-  flags.DEFINE_string("from", None, "Run directory whose checkpoint to export.")
-  flags.DEFINE_string("to_hf", None, "Directory to write config.json + model.safetensors to.")
-  flags.DEFINE_integer("step", None, "Checkpoint step to export (default: the latest).")
-  flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"],
-                    "Parameter and compute dtype of the imported model.")
-  return flags.FLAGS
-
-
-if __name__ == "__main__":
-  _FLAGS = _define_flags()
-  app.run(main, flags_parser=cli.parse_flags)

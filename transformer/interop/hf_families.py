@@ -15,8 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from configs.common import model_config, position_config
-from transformer import models
+from transformer.schema import model_config, position_config
+from transformer.model import models
 
 # (HF activation, gated) -> model.ffn. For export, the first name listed for an ffn is written.
 ACTIVATIONS = {("gelu_new", False): "gelu_tanh", ("gelu_pytorch_tanh", False): "gelu_tanh",

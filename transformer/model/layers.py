@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from transformer import projection
-from transformer.attention import Attention, Layout, dense_init, per_token
-from transformer.positions import AttentionTerms
+from transformer.model.attention import Attention, Layout
+from transformer.model.dense import Dense
+from transformer.model.positions import AttentionTerms
 
 
 def _norm_param(init):
@@ -81,22 +81,14 @@ class FeedForward(nn.Module):
     if cfg.ffn not in FFNS:
       raise ValueError(f"Unknown model.ffn {cfg.ffn!r}; valid: {sorted(FFNS)}.")
     act, gated = FFNS[cfg.ffn]
-    dense = functools.partial(
-        nn.Dense, use_bias=cfg.use_bias, dtype=jnp.dtype(cfg.dtype),
-        param_dtype=jnp.dtype(cfg.param_dtype), dot_general=projection.dot_general)
-    up_bias = nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",))
-    up = lambda name: per_token(dense(cfg.d_ff, kernel_init=dense_init(("embed", "mlp")),
-                                      bias_init=up_bias, name=name), x_BLD)
+    up = lambda name: Dense(cfg.d_ff, ("embed", "mlp"), cfg=cfg, name=name)(x_BLD)
     if gated:
       h_BLF = act(up("wi_0")) * up("wi_1")
     else:
       h_BLF = act(up("wi"))
     h_BLF = nn.with_logical_constraint(h_BLF, ("batch", "length", "mlp"))
     h_BLF = nn.Dropout(cfg.dropout_rate)(h_BLF, deterministic=self.deterministic)
-    return per_token(dense(cfg.d_model, kernel_init=dense_init(("mlp", "embed")),
-                           bias_init=nn.with_logical_partitioning(nn.initializers.zeros,
-                                                                  ("embed",)),
-                           name="wo"), h_BLF)
+    return Dense(cfg.d_model, ("mlp", "embed"), cfg=cfg, name="wo")(h_BLF)
 
 
 class Block(nn.Module):

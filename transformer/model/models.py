@@ -13,10 +13,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from transformer import projection
-from transformer.attention import IMPLEMENTATIONS, make_layout, per_token
-from transformer.layers import FFNS, NORMS, REMAT_POLICIES, Norm, Stack
-from transformer.positions import SCHEMES, make_scheme
+from transformer.cpu import projection
+from transformer.model.attention import IMPLEMENTATIONS, make_layout
+from transformer.model.dense import Dense
+from transformer.model.layers import FFNS, NORMS, REMAT_POLICIES, Norm, Stack
+from transformer.model.positions import SCHEMES, make_scheme
 
 KINDS = ("decoder", "encoder", "encoder_decoder")
 
@@ -71,25 +72,16 @@ class Head(nn.Module):
   def __call__(self, x_BLD, embedder: Embedder):
     cfg = self.cfg
     if cfg.mlm_transform:  # BERT's MLM head: dense, activation, norm before the projection
-      x_BLD = per_token(nn.Dense(
-          cfg.d_model, dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype),
-          dot_general=projection.dot_general,
-          kernel_init=nn.with_logical_partitioning(
-              nn.initializers.lecun_normal(), ("embed", "embed_out")),
-          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-          name="transform"), x_BLD)
+      x_BLD = Dense(cfg.d_model, ("embed", "embed_out"), bias_axes=("embed",), use_bias=True,
+                    cfg=cfg, name="transform")(x_BLD)
       x_BLD = Norm(cfg, name="transform_norm")(FFNS[cfg.ffn][0](x_BLD))
     if cfg.tie_embeddings:
       if cfg.scale_tied_logits:
         x_BLD = x_BLD * cfg.d_model ** -0.5
       logits = embedder.attend(x_BLD)
     else:
-      logits = per_token(nn.DenseGeneral(
-          cfg.vocab_size, use_bias=False, dtype=jnp.dtype(cfg.dtype),
-          param_dtype=jnp.dtype(cfg.param_dtype), dot_general=projection.dot_general,
-          kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                   ("embed", "vocab")),
-          name="logits"), x_BLD)
+      logits = Dense(cfg.vocab_size, ("embed", "vocab"), use_bias=False, cfg=cfg,
+                     name="logits")(x_BLD)
     if cfg.head_bias:
       logits = logits + self.param(
           "bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),

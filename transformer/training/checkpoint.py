@@ -22,9 +22,8 @@ from absl import logging as absl_logging
 from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
-# Model keys that choose *how* the same function is computed, not *what* it is: changing them
-# on resume is allowed (e.g. switch attention kernels or add remat to fit a bigger batch).
-RUNTIME_ONLY_MODEL_KEYS = ("attention", "attention_chunk", "attention_query_block", "remat")
+from transformer import schema
+
 
 
 class _NoMetricsWarningFilter(logging.Filter):
@@ -74,12 +73,6 @@ def read_config(manager, step: int) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(meta["config"])
 
 
-# What a checkpoint's data positions index into: the same positions in another stream
-# (other data, tokenizer, row layout, batch or shuffle) would resume some other experiment.
-# Every data key counts except where the data lives.
-STREAM_KEYS = ("train.batch_size", "train.seed", "train.data_shards", "train.train_split",
-               "objective.name")
-RELOCATABLE_DATA_KEYS = ("data.data_dir",)
 
 
 def differences(saved_config, config, keys=None) -> list[tuple[str, Any, Any]]:
@@ -101,13 +94,13 @@ def check_compatible(saved_config, config, directory: str) -> None:
   keys that differ. Keys an older checkpoint's config lacks are not compared for the data
   stream (they were added since, with defaults that keep the old behaviour)."""
   model = differences(saved_config, config, lambda k: k.startswith("model.") and
-                      k.split(".", 1)[1] not in RUNTIME_ONLY_MODEL_KEYS)
+                      k.split(".", 1)[1] not in schema.COMPUTE_KEYS)
   if model:
     raise ValueError(f"{directory} holds a checkpoint of a different model "
                      f"({describe(model)}); use a new --workdir or the saved config")
   saved_keys = set(flatten(saved_config.to_dict()))
   stream = differences(saved_config, config, lambda k: k in saved_keys and (
-      k in STREAM_KEYS or k.startswith("data.") and k not in RELOCATABLE_DATA_KEYS))
+      k in schema.STREAM_KEYS or k.startswith("data.") and k not in schema.RELOCATABLE_DATA_KEYS))
   if stream:
     raise ValueError(f"{directory} holds a checkpoint of a different data stream "
                      f"({describe(stream)}); its data position would continue another "
@@ -152,7 +145,9 @@ def load_for_inference(workdir: str, step: int | None = None):
   nothing of the optimizer state, so it is cheap even for runs trained with Adam.
   """
   # Deferred: the model and data layers are heavy and only inference needs them here.
-  from transformer import data, models, train_state
+  from transformer import data
+  from transformer.model import models
+  from transformer.training import train_state
   manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
                                   options=ocp.CheckpointManagerOptions(read_only=True))
   step = manager.latest_step() if step is None else step

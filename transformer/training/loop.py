@@ -1,8 +1,5 @@
-r"""Train a model from an experiment config; re-running the same command resumes.
-
-    python -m transformer.train --config configs/lm.py:size=xs --workdir runs/a \
-        [--config.opt.lr=1e-3 ...] [--coordinator_address=host:port --num_processes=N
-        --process_id=i]
+"""The training job: `train_and_evaluate(config, workdir)`, which `python -m transformer.train`
+runs; re-running the same command resumes.
 
 `train_and_evaluate(config, workdir)` is the whole job, top to bottom: check the config,
 build mesh, data, model and optimizer, restore or initialize the sharded state, then a plain
@@ -13,40 +10,22 @@ import os
 import shutil
 import signal
 import time
-import traceback
 from typing import Sequence
 
-from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
 from jax.experimental import multihost_utils
-from ml_collections import config_flags
 
-from transformer import (checkpoint, cli, data, host_memory, inspect, models, objectives,
-                         optim, positions, sharding, throughput, train_state)
-from transformer.data_shards import ShardedBatches
-from transformer.metrics_log import RunLog, Stopwatch
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:args].",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: logs and checkpoints.")
-_COORDINATOR = flags.DEFINE_string("coordinator_address", "", "host:port of process 0, "
-                                   "for multi-process runs outside TPU pods and SLURM.")
-_NUM_PROCESSES = flags.DEFINE_integer("num_processes", 0, "Processes in the job.")
-_PROCESS_ID = flags.DEFINE_integer("process_id", -1, "This process's index in the job.")
-_RETAIN_HOST_MEMORY = flags.DEFINE_bool(
-    "retain_host_memory", True, "Reuse freed host memory instead of returning it to the "
-    "kernel: ~1.5x faster CPU steps, at up to ~2x peak RSS (transformer/host_memory.py).")
-_CPU_DEVICES = flags.DEFINE_integer(
-    "cpu_devices", 1, "XLA:CPU devices to split this process's cores into, data-parallel "
-    "over the mesh's -1 axis: 1 = one device using every core; 0 = one per core, or the most "
-    "the config's mesh and batch divide evenly (W1's step about the same, W2's ~5% faster, "
-    "the quickstart's ~5% slower; README 'Parallelism'). Ignored when XLA_FLAGS "
-    "sets --xla_force_host_platform_device_count; other backends are unaffected.")
-
+from transformer import data
+from transformer.analysis import model_stats
+from transformer.cpu import host_memory
+from transformer.model import models, positions
+from transformer.training import checkpoint, losses, optim, sharding, throughput, train_state
+from transformer.data.shards import ShardedBatches
+from transformer.training.run_log import RunLog, Stopwatch
 
 def make_train_step(loss_fn, tx, schedule, accum_steps: int):
   """One optimizer update from a global batch, averaging over its real tokens."""
@@ -117,7 +96,7 @@ def evaluate(eval_step, params, config, tokenizer, mesh) -> dict:
 def check_config(config) -> None:
   """Every mistake we can spot from the config alone, each as a one-line error."""
   models.validate(config.model)
-  objectives.check_config(config.objective, config.model.kind)
+  losses.check_config(config.objective, config.model.kind)
   optim.check_config(config.opt)
   t = config.train
   for key in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
@@ -218,7 +197,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                                  objective=config.objective.name, seed=config.train.seed,
                                  num_shards=config.train.data_shards)
   model = models.make_model(config.model)
-  loss_fn = objectives.make_loss_fn(config.objective, model)
+  loss_fn = losses.make_loss_fn(config.objective, model)
   logical_names, param_shapes = train_state.abstract_params(model, config)
   tx = optim.make_optimizer(config.opt, config.train.steps,
                             optim.weight_decay_mask(logical_names, param_shapes))
@@ -251,7 +230,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
       log.info("changed since that checkpoint: " + ", ".join(
           f"{k} {a!r} -> {b!r}" for k, a, b in changed))
 
-  params_total, params_non_embedding = inspect.param_totals(param_shapes)
+  params_total, params_non_embedding = model_stats.param_totals(param_shapes)
   tokens_per_step = config.train.batch_size * config.data.seq_len
   flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len,
                                                params_non_embedding)
@@ -378,45 +357,21 @@ def _non_finite(step: int, metrics: dict, manager) -> FloatingPointError:
       f"finite at step {step}; stopping ({where}). Lower opt.lr or raise opt.warmup_steps.")
 
 
-def configure_host(configs: Sequence[ml_collections.ConfigDict] = ()) -> bool:
-  """Process-wide settings from this command's flags, for every program that trains through
-  it (the experiments too). Call before JAX's first computation starts its threads.
+def configure_host(configs: Sequence[ml_collections.ConfigDict] = (), *, cpu_devices: int = 1,
+                   retain_host_memory: bool = True, num_processes: int = 1) -> bool:
+  """Process-wide settings (the train command's --cpu_devices, --retain_host_memory and
+  --num_processes; `cli.host_settings()` reads them), for every program that trains through
+  this module (the experiments too). Call before JAX's first computation starts its threads.
 
-  `configs`: the runs this process will train, which `--cpu_devices=0` fits the device
+  `configs`: the runs this process will train, which `cpu_devices=0` fits the device
   count to (with none, one device). True if freed host memory is now retained."""
-  if _CPU_DEVICES.value < 0:
-    raise ValueError(f"--cpu_devices={_CPU_DEVICES.value}: use 0 (one per core) or a count")
+  if cpu_devices < 0:
+    raise ValueError(f"--cpu_devices={cpu_devices}: use 0 (one per core) or a count")
   if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    count = _CPU_DEVICES.value or min(
+    count = cpu_devices or min(
         [sharding.cpu_device_count(c.mesh.shape, c.train.batch_size, c.opt.grad_accum_steps,
-                                   cores, max(_NUM_PROCESSES.value, 1)) for c in configs]
+                                   cores, max(num_processes, 1)) for c in configs]
         or [1])
     jax.config.update("jax_num_cpu_devices", count)
-  return _RETAIN_HOST_MEMORY.value and host_memory.retain_freed_memory()
-
-
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  config = cli.config(_CONFIG)
-  if config is None or not _WORKDIR.value:
-    raise app.UsageError("--config and --workdir are required")
-  if not flags.FLAGS["verbosity"].present:
-    # The progress lines are the console output; orbax and friends log every save at INFO.
-    logging.set_verbosity(logging.WARNING)
-  try:
-    configure_host([config])
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
-  sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  try:
-    train_and_evaluate(config, _WORKDIR.value)
-  except (ValueError, FloatingPointError, FileNotFoundError) as e:
-    # Config and data mistakes are the user's to fix: one line; --verbosity=1 adds the trace.
-    logging.debug("%s", traceback.format_exc())
-    raise SystemExit(f"error: {e}") from None
-
-
-if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags)
+  return retain_host_memory and host_memory.retain_freed_memory()

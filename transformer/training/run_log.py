@@ -14,7 +14,7 @@ import time
 import jax
 import numpy as np
 
-from transformer.tensorboard_events import EventWriter
+from transformer.training.tensorboard_events import EventWriter
 
 
 def _jsonable(value):

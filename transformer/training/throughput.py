@@ -9,7 +9,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from transformer import inspect
+from transformer.analysis import model_stats
 
 # Dense bf16 peak FLOP/s per chip, for MFU on accelerators; CPUs are measured instead.
 PEAK_FLOPS = {
@@ -28,7 +28,7 @@ PEAK_FLOPS = {
 def flops_per_token(model_config, seq_len: int, params_non_embedding: int) -> int:
   """Training FLOPs per token as the train command records them (summary.json, MFU):
   6 * N_non_embedding + 6 * n_attn_layers * n_ctx * d_attn (Kaplan et al.)."""
-  return inspect.flops_per_token(model_config, seq_len, params_non_embedding)["total"]
+  return model_stats.flops_per_token(model_config, seq_len, params_non_embedding)["total"]
 
 
 def measure_matmul_peak(n: int = 1024, repeats: int = 5, dtype=jnp.float32) -> float:

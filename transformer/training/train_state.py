@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from transformer import sharding
+from transformer.training import sharding
 
 
 def example_inputs(config) -> tuple:

@@ -1,12 +1,28 @@
-"""Shared defaults for every experiment config: the model config schema, size presets, arg parsing.
+"""The config schema: model, train, opt and objective blocks with one default per key, size
+presets, "k=v" config-file arguments, and the key lists that say which changes a checkpoint
+survives (the checkpoint and conversion code both read them).
 
-A config file is the record of an experiment. Each family file (lm.py, mlm.py, seq2seq.py, ...)
-builds on `model_config()` here, so every model key has exactly one default and one meaning.
-Values are numbers and strings only (ml_collections can then override any of them from the
-command line); "none"/0 stand for "off" instead of None.
+A config file (configs/) is the record of an experiment. Each family file (lm.py, mlm.py,
+seq2seq.py, ...) builds on `model_config()` here, so every model key has exactly one default and
+one meaning. Values are numbers and strings only (ml_collections can then override any of them
+from the command line); "none"/0 stand for "off" instead of None.
 """
 
 import ml_collections
+
+# Model keys that choose *how* the same function is computed, not *what* it is: changing them
+# on resume is allowed (e.g. switch attention kernels or add remat to fit a bigger batch).
+COMPUTE_KEYS = ("attention", "attention_chunk", "attention_query_block", "remat")
+# Those, plus the keys of storage (dtypes, the scanned layout) and training-only noise: free to
+# override when importing a checkpoint, and ignored when checking that an export is exact.
+RUNTIME_KEYS = COMPUTE_KEYS + ("dtype", "param_dtype", "scan_layers", "dropout_rate",
+                               "attention_dropout_rate")
+# What a checkpoint's data positions index into: the same positions in another stream
+# (other data, tokenizer, row layout, batch or shuffle) would resume some other experiment.
+# Every data.* key counts except where the data lives.
+STREAM_KEYS = ("train.batch_size", "train.seed", "train.data_shards", "train.train_split",
+               "objective.name")
+RELOCATABLE_DATA_KEYS = ("data.data_dir",)
 
 
 def position_config(name: str = "rope", **overrides) -> ml_collections.ConfigDict:

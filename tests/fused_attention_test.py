@@ -1,4 +1,4 @@
-"""The fused CPU kernel (transformer/cpu_attention.cc) against dense attention, forward and
+"""The fused CPU kernel (transformer/cpu/fused_attention.cc) against dense attention, forward and
 backward, and its fallbacks. Dense is itself checked against the numpy formula in
 attention_test.py; one case here also goes to numpy directly."""
 
@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 import attention_test
-from configs.common import model_config
-from transformer import attention, cpu_attention
-from transformer.positions import AttentionTerms, alibi_slopes
+from transformer.schema import model_config
+from transformer.cpu import fused_attention
+from transformer.model import attention
+from transformer.model.positions import AttentionTerms, alibi_slopes
 
-pytestmark = pytest.mark.skipif(cpu_attention.unavailable() is not None,
-                                reason=str(cpu_attention.unavailable()))
+pytestmark = pytest.mark.skipif(fused_attention.unavailable() is not None,
+                                reason=str(fused_attention.unavailable()))
 
 cfg = model_config()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,7 +101,7 @@ def test_matches_the_numpy_formula():
     expected = attention_test.numpy_reference(q, k, v, seg, None, None, True, 0, None)
   finally:
     attention_test.H = old_h
-  got = cpu_attention.attention(q, k, v, layout, scale=H ** -0.5)
+  got = fused_attention.attention(q, k, v, layout, scale=H ** -0.5)
   np.testing.assert_allclose(got, expected, atol=2e-6, rtol=1e-5)
 
 
@@ -119,7 +120,7 @@ def test_huge_masked_scores_stay_finite():
   q, k, v, layout = make_case("causal_tiles")
   q, k = np.array(q), np.array(k)
   q[..., 0], k[..., 0] = 30.0, np.linspace(-30, 30, k.shape[1])[None, :, None]
-  fn = lambda q, k: jnp.sum(cpu_attention.attention(q, k, v, layout, scale=1.0))
+  fn = lambda q, k: jnp.sum(fused_attention.attention(q, k, v, layout, scale=1.0))
   grads = jax.grad(fn, argnums=(0, 1))(q, k)
   assert all(np.isfinite(np.asarray(g)).all() for g in grads)
   ref = jax.grad(lambda q, k: jnp.sum(attention.dense(q, k, v, layout, AttentionTerms(),
@@ -185,7 +186,7 @@ def test_sharded_over_batch_and_heads_matches_one_device():
   script = """
     import json, jax, jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
-    from cpu_attention_test import make_case, value_and_grads
+    from fused_attention_test import make_case, value_and_grads
     q, k, v, layout = make_case("packed_gqa")
     (loss, out), grads = value_and_grads("fused_cpu")(q, k, v, layout)
     mesh = jax.make_mesh((2, 2), ("data", "tensor"))
@@ -212,10 +213,11 @@ def test_sharded_over_batch_and_heads_matches_one_device():
 def test_a_failed_build_is_one_line_and_auto_falls_back(tmp_path):
   script = """
     import jax.numpy as jnp, numpy as np
-    from transformer import attention, cpu_attention
-    from cpu_attention_test import make_case, cfg
-    from transformer.positions import AttentionTerms
-    print(cpu_attention.unavailable())
+    from transformer.cpu import fused_attention
+    from transformer.model import attention
+    from fused_attention_test import make_case, cfg
+    from transformer.model.positions import AttentionTerms
+    print(fused_attention.unavailable())
     q, k, v, layout = make_case("causal_tiles")
     got = attention.auto(q, k, v, layout, AttentionTerms(), scale=1.0, cfg=cfg)
     ref = attention.dense(q, k, v, layout, AttentionTerms(), scale=1.0, cfg=cfg)
@@ -239,8 +241,8 @@ def test_a_failed_build_is_one_line_and_auto_falls_back(tmp_path):
 def test_whole_models_match_dense_under_scan_and_remat(kind):
   """Self- and cross-attention through the kernel inside the real model (scanned layers,
   rematerialization), against the same parameters with dense attention."""
-  from transformer import models
-  from configs.common import position_config
+  from transformer.model import models
+  from transformer.schema import position_config
 
   def make(attention_impl, scan=False, remat="none"):
     return models.make_model(model_config(
@@ -281,7 +283,7 @@ def test_training_with_the_kernel_resumes_bitwise_and_matches_meshes(tmp_path):
   """The train command with attention through the kernel (rows of 64 tokens): a run stopped
   by SIGTERM and resumed ends bitwise equal to an uninterrupted one, and a (2, 2, 2) mesh of
   8 fake devices (batch, fsdp and heads sharded) gives one device's losses."""
-  from transformer import checkpoint
+  from transformer.training import checkpoint
   data_dir = str(tmp_path / "tfds")
   sets = ["data.seq_len=64", "model.attention=fused_cpu", "train.steps=4",
           "train.checkpoint_every=2"]

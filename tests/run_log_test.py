@@ -6,7 +6,7 @@ import os
 import ml_collections
 import pytest
 
-from transformer import metrics_log, tensorboard_events
+from transformer.training import run_log, tensorboard_events
 
 
 def test_crc32c_known_answer():
@@ -23,7 +23,7 @@ def test_event_file_round_trip(tmp_path):
 
 
 def test_run_log_files_and_progress_line(tmp_path, capsys):
-  log = metrics_log.RunLog(str(tmp_path), total_steps=100, enabled=True)
+  log = run_log.RunLog(str(tmp_path), total_steps=100, enabled=True)
   log.write_config(ml_collections.ConfigDict({"a": 1}))
   log.metrics(10, {"loss": 1.5, "tokens_per_s": 1234.0, "bad": float("nan")})
   log.progress(10, 1.5, 12_345.0, 0.5, eval_loss=1.25)
@@ -39,7 +39,7 @@ def test_run_log_files_and_progress_line(tmp_path, capsys):
 
 
 def test_other_processes_write_nothing(tmp_path):
-  log = metrics_log.RunLog(str(tmp_path), total_steps=10, enabled=False)
+  log = run_log.RunLog(str(tmp_path), total_steps=10, enabled=False)
   log.metrics(1, {"loss": 1.0})
   log.summary({"x": 1})
   log.close()
@@ -47,7 +47,7 @@ def test_other_processes_write_nothing(tmp_path):
 
 
 def test_a_changed_config_keeps_the_earlier_ones(tmp_path):
-  log = metrics_log.RunLog(str(tmp_path), total_steps=10, enabled=True)
+  log = run_log.RunLog(str(tmp_path), total_steps=10, enabled=True)
   for a in (1, 1, 2, 3):
     log.write_config(ml_collections.ConfigDict({"a": a}))
   log.close()

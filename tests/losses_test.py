@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import common
-from transformer import objectives
+from transformer import schema
+from transformer.training import losses
 
 
 def _inputs(seed=0, B=2, L=5, V=7):
@@ -19,7 +19,7 @@ def _inputs(seed=0, B=2, L=5, V=7):
 
 def test_nll_and_accuracy_match_a_direct_computation():
   logits, targets, weights = _inputs()
-  loss, nll, correct = objectives.cross_entropy(logits, targets, weights)
+  loss, nll, correct = losses.cross_entropy(logits, targets, weights)
   logp = np.asarray(jax.nn.log_softmax(logits))
   t, w = np.asarray(targets), np.asarray(weights)
   expected = -(np.take_along_axis(logp, t[..., None], -1)[..., 0] * w).sum()
@@ -31,15 +31,15 @@ def test_nll_and_accuracy_match_a_direct_computation():
 def test_padding_contributes_nothing():
   logits, targets, weights = _inputs()
   noisy = logits.at[..., 0].add(100.0 * (1 - weights))  # garbage where weights are 0
-  a = objectives.cross_entropy(logits, targets, weights)
-  b = objectives.cross_entropy(noisy, targets, weights)
+  a = losses.cross_entropy(logits, targets, weights)
+  b = losses.cross_entropy(noisy, targets, weights)
   np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
 def test_label_smoothing_mixes_in_the_uniform_target():
   logits, targets, weights = _inputs()
   eps = 0.1
-  loss, nll, _ = objectives.cross_entropy(logits, targets, weights, label_smoothing=eps)
+  loss, nll, _ = losses.cross_entropy(logits, targets, weights, label_smoothing=eps)
   logp = np.asarray(jax.nn.log_softmax(logits))
   uniform = -(logp.mean(-1) * np.asarray(weights)).sum()
   assert float(loss) == pytest.approx((1 - eps) * float(nll) + eps * uniform, rel=1e-5)
@@ -47,7 +47,7 @@ def test_label_smoothing_mixes_in_the_uniform_target():
 
 def test_z_loss_adds_squared_log_normalizer():
   logits, targets, weights = _inputs()
-  loss, nll, _ = objectives.cross_entropy(logits, targets, weights, z_loss=1e-2)
+  loss, nll, _ = losses.cross_entropy(logits, targets, weights, z_loss=1e-2)
   log_z = np.asarray(jax.nn.logsumexp(logits, -1))
   assert float(loss) == pytest.approx(float(nll) + 1e-2 * (log_z ** 2 * np.asarray(weights)).sum(),
                                       rel=1e-5)
@@ -55,6 +55,6 @@ def test_z_loss_adds_squared_log_normalizer():
 
 def test_config_errors_are_one_line_and_name_the_choices():
   with pytest.raises(ValueError, match="valid:"):
-    objectives.check_config(common.objective_config("clm"), "decoder")
+    losses.check_config(schema.objective_config("clm"), "decoder")
   with pytest.raises(ValueError, match="trains a 'encoder' model"):
-    objectives.check_config(common.objective_config("mlm"), "decoder")
+    losses.check_config(schema.objective_config("mlm"), "decoder")
