@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from launch import sweep
@@ -163,20 +163,13 @@ def run_sweep(config, workdir: str, *, config_arg: str, parallel: int = 1,
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  del argv
   f = flags.FLAGS
-  config = cli.config(f["config"])
-  if config is None or not f.workdir:
-    raise app.UsageError("--config and --workdir are required")
-  try:
-    config = sweep.with_sweep_flag(config, f.sweep, f.trials)
-    result = run_sweep(config, f.workdir, config_arg=config_flags.get_config_filename(f["config"]),
-                       parallel=f.parallel, train_module=f.train_module,
-                       extra_flags=sweep.passthrough_flags(f["config"]), dry_run=f.dry_run,
-                       multihost=f.multihost)
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
+  config = sweep.with_sweep_flag(cli.config(f["config"]), f.sweep, f.trials)
+  result = run_sweep(config, f.workdir, config_arg=config_flags.get_config_filename(f["config"]),
+                     parallel=f.parallel, train_module=f.train_module,
+                     extra_flags=sweep.passthrough_flags(f["config"]), dry_run=f.dry_run,
+                     multihost=f.multihost)
   if result["failed"]:
     raise SystemExit(1)
 
@@ -197,4 +190,4 @@ if __name__ == "__main__":
                     "One of several identical launchers, one per host of a TPU slice "
                     "(launch/tpu_vm.sh): each run spans all hosts; DIR must be shared; logs go "
                     "to train.<host>.log.")
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run(main, required=("config", "workdir"))

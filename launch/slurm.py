@@ -19,7 +19,7 @@ import shlex
 import subprocess
 import sys
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from launch import sweep
@@ -84,25 +84,19 @@ def array_script(runs: list[dict], workdir: str, *, nodes: int = 1, gpus_per_nod
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  del argv
   f = flags.FLAGS
   config = cli.config(f["config"])
-  if config is None or not f.workdir:
-    raise app.UsageError("--config and --workdir are required")
   workdir = os.path.abspath(f.workdir)
-  try:
-    config = sweep.with_sweep_flag(config, f.sweep, f.trials)
-    runs = sweep.plan(config, workdir, config_arg=config_flags.get_config_filename(f["config"]),
-                      python=f.python, module=f.train_module,
-                      extra_flags=sweep.passthrough_flags(f["config"]),
-                      launcher=[sys.executable, "-m", "launch.slurm"] + sys.argv[1:])
-    text = array_script(runs, workdir, nodes=f.nodes, gpus_per_node=f.gpus_per_node,
-                        cpus_per_task=f.cpus_per_task, partition=f.partition,
-                        account=f.account, time=f.time, max_parallel=f.max_parallel,
-                        sbatch=f.sbatch, python=f.python)
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
+  config = sweep.with_sweep_flag(config, f.sweep, f.trials)
+  runs = sweep.plan(config, workdir, config_arg=config_flags.get_config_filename(f["config"]),
+                    python=f.python, module=f.train_module,
+                    extra_flags=sweep.passthrough_flags(f["config"]),
+                    launcher=[sys.executable, "-m", "launch.slurm"] + sys.argv[1:])
+  text = array_script(runs, workdir, nodes=f.nodes, gpus_per_node=f.gpus_per_node,
+                      cpus_per_task=f.cpus_per_task, partition=f.partition,
+                      account=f.account, time=f.time, max_parallel=f.max_parallel,
+                      sbatch=f.sbatch, python=f.python)
   os.makedirs(os.path.join(workdir, "slurm"), exist_ok=True)
   path = os.path.join(workdir, "slurm_array.sh")
   if os.path.exists(path) and open(path).read() != text:
@@ -140,4 +134,4 @@ if __name__ == "__main__":
   flags.DEFINE_string("python", sys.executable, "Python on the compute nodes.")
   flags.DEFINE_string("train_module", "transformer.train", "Module of each run.")
   flags.DEFINE_bool("submit", False, "Run sbatch on the script after writing it.")
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run(main, required=("config", "workdir"))

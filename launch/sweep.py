@@ -422,14 +422,14 @@ def main(argv):
       is_finished(os.path.join(workdir, n)) for n in
       (os.listdir(workdir) if os.path.isdir(workdir) else [])):
     # results.md of any other folder (an experiment's) is not this program's to rewrite.
-    raise SystemExit(f"error: {workdir} is not a sweep directory (no sweep.json, no "
-                     f"finished runs in it)")
+    raise ValueError(f"{workdir} is not a sweep directory (no sweep.json, no finished runs "
+                     f"in it)")
   print(open(write_results(workdir)).read(), end="")
 
 
 if __name__ == "__main__":
-  from absl import app, flags
+  from absl import flags
+  from transformer import cli
 
   flags.DEFINE_string("workdir", None, "Sweep directory: (re)write and print DIR/results.md.")
-  flags.mark_flag_as_required("workdir")
-  app.run(main)
+  cli.run(main, required=("workdir",))

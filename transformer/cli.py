@@ -1,25 +1,66 @@
 """What the command-line programs share: config and flag mistakes reported as one line.
 
 ml_collections raises a mistyped `--config.KEY` or a bad config argument while absl parses
-the flags, where absl prints the whole traceback; and a config file that fails to load
-raises only when the program first touches it. Every program runs
+the flags, where absl prints the whole traceback; a config file that fails to load raises
+only when the program first touches it; and app.UsageError prints a page of usage. Every
+program ends with
 
-    app.run(main, flags_parser=cli.parse_flags)
+    cli.run(main, required=("config", "workdir"))
 
-and reads its config flag through `cli.config(flag_holder)`. Programs that train (the train
+which parses the flags, refuses stray arguments and missing required flags, quiets the
+libraries' INFO logging unless --verbosity is given, and turns the user's mistakes (ValueError,
+FileNotFoundError, ...) into one `error: ...` line (--verbosity=1 logs the traceback too). A
+program reads its config flag through `cli.config(flag_holder)`. Programs that train (the train
 command, the experiments) define the train command's flags with `define_train_flags()` when
 they are imported as entry points; library modules define no flags.
 """
 
-from absl import flags
+import traceback
+from typing import Callable, Sequence
+
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
+# Exceptions that mean the user has something to fix (a config, a path, a flag value), not a
+# bug: reported as one line.
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, FloatingPointError,
+               app.UsageError)
+
+
+def run(main: Callable[[list[str]], None], *, required: Sequence[str] = (),
+        positional: bool = False, verbosity: int = logging.WARNING,
+        errors: tuple[type[BaseException], ...] = USER_ERRORS) -> None:
+  """Run `main` as a program: see the module docstring. `positional`: main takes arguments
+  after the flags; `verbosity`: the absl level unless --verbosity is given (the programs'
+  output is their own lines; orbax and friends narrate every save at INFO)."""
+
+  def program(argv):
+    if len(argv) > 1 and not positional:
+      raise SystemExit(f"error: unexpected arguments {argv[1:]} (--help lists the flags)")
+    # `present`, not `value`: a config flag's value loads the file (cli.config reports that).
+    missing = [f"--{name}" for name in required
+               if not FLAGS[name].present and FLAGS[name].default in (None, "")]
+    if missing:
+      raise SystemExit(f"error: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'}"
+                       f" required (--help lists the flags)")
+    if not FLAGS["verbosity"].present:
+      logging.set_verbosity(verbosity)
+    try:
+      return main(argv)
+    except errors as e:
+      logging.debug("%s", traceback.format_exc())
+      raise SystemExit(f"error: {e}") from None
+
+  app.run(program, flags_parser=parse_flags)
 
 
 def define_train_flags() -> None:
   """--config, --workdir and the multi-process and host flags of `python -m transformer.train`
-  (and of the experiments, which train through it)."""
+  (and of the experiments, which train through it). Defining them twice is a no-op, so an
+  experiment may import another that defines them."""
+  if "workdir" in FLAGS:
+    return
   config_flags.DEFINE_config_file("config", None, "Experiment config file[:args].",
                                   lock_config=True)
   flags.DEFINE_string("workdir", None, "Run directory: logs and checkpoints.")

@@ -8,11 +8,9 @@ would prune its checkpoints), and --to_hf must hold no config.json, safetensors 
 The library is transformer/interop/hf.py.
 """
 
-import traceback
-
 import jax
 import numpy as np
-from absl import app, flags, logging
+from absl import flags
 from flax.linen import meta
 
 from transformer import cli
@@ -30,20 +28,11 @@ USAGE = "use --from_hf SRC_DIR --to WORKDIR, or --from WORKDIR --to_hf DST_DIR"
 
 
 def main(argv):
+  del argv
   src, out, workdir, dst = (FLAGS[k].value for k in ("from_hf", "to", "from", "to_hf"))
-  # One line, not app.UsageError's page of module docstring, for a flag left out or mixed.
-  if len(argv) > 1:
-    raise SystemExit(f"error: unexpected arguments {argv[1:]}; {USAGE}")
   if not ((src and out and not (workdir or dst)) or (workdir and dst and not (src or out))):
-    raise SystemExit(f"error: {USAGE}")
-  if not FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)  # orbax narrates every save at INFO
-  try:
-    _convert(src, out, workdir, dst)
-  except (ValueError, FileNotFoundError, FileExistsError) as e:
-    # Input mistakes are the user's to fix: one line; --verbosity=1 adds the trace.
-    logging.debug("%s", traceback.format_exc())
-    raise SystemExit(f"error: {e}") from None
+    raise ValueError(USAGE)
+  _convert(src, out, workdir, dst)
 
 
 def _convert(src, out, workdir, dst):
@@ -67,7 +56,7 @@ def _count(variables) -> int:
 
 def run():
   """The `transformer-convert` console script."""
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run(main)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,8 @@ Prints the continuation only (stdout), so it can be piped; timing goes to the lo
 """
 
 import time
-import traceback
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from transformer import cli
 from transformer.inference import beam_search, decode
@@ -82,30 +81,20 @@ def define_flags() -> None:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  del argv
   f = flags.FLAGS
-  if not f.workdir or f.prompt is None:
-    raise app.UsageError("--workdir and --prompt are required")
-  if not f["verbosity"].present:
-    # The continuation is the output; orbax logs every restore at INFO and warns about the
-    # read-only manager it is asked for (--verbosity=0 shows all of it).
-    logging.set_verbosity(logging.ERROR)
-  try:
-    text = continuation(f.workdir, f.prompt, max_new_tokens=f.max_new_tokens,
-                        temperature=f.temperature, top_k=f.top_k, top_p=f.top_p,
-                        beam_size=f.beam_size, length_penalty=f.length_penalty, seed=f.seed,
-                        step=f.step)
-  except (ValueError, FileNotFoundError) as e:
-    logging.debug("%s", traceback.format_exc())
-    raise SystemExit(f"error: {e}") from None
-  print(text)
+  print(continuation(f.workdir, f.prompt, max_new_tokens=f.max_new_tokens,
+                     temperature=f.temperature, top_k=f.top_k, top_p=f.top_p,
+                     beam_size=f.beam_size, length_penalty=f.length_penalty, seed=f.seed,
+                     step=f.step))
 
 
 def run():
-  """The `transformer-generate` console script."""
+  """The `transformer-generate` console script. The continuation is the output: orbax logs
+  every restore at INFO and warns about the read-only manager it is asked for, so only
+  errors are shown (--verbosity=0 shows all of it)."""
   define_flags()
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run(main, required=("workdir", "prompt"), verbosity=logging.ERROR)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,9 @@ The arithmetic is transformer/analysis/model_stats.py.
 """
 
 import json
-import sys
 
 import jax
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from transformer import cli
@@ -26,13 +25,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
-  config = cli.config(FLAGS["config"])
-  if config is None:
-    sys.exit("error: --config is required, e.g. --config configs/arch/llama3_8b.py")
-  try:
-    r = report(config, FLAGS.length, FLAGS.dtype, FLAGS.new_tokens)
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
+  r = report(cli.config(FLAGS["config"]), FLAGS.length, FLAGS.dtype, FLAGS.new_tokens)
   if FLAGS.json:
     print(json.dumps(r, indent=1))
   else:
@@ -42,7 +35,7 @@ def main(argv):
 def run():
   """The `transformer-inspect` console script."""
   jax.config.update("jax_platforms", "cpu")
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run(main, required=("config",))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from transformer import cli
 from transformer.schema import model_config
 from transformer.cpu import host_memory
 from transformer.model import attention
@@ -94,4 +95,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

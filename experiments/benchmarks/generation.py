@@ -24,8 +24,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from transformer import cli
 from transformer.schema import model_config, position_config
 from transformer.inference import decode
 from transformer.model import models
@@ -105,4 +106,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -16,7 +16,9 @@ import time
 
 import torch
 import torch.nn.functional as F
-from absl import app, flags
+from absl import flags
+
+from transformer import cli
 
 # Its workloads and its flags (--workloads, --steps, --peak_n), so both runs are one recipe.
 from experiments.benchmarks.train_throughput import WORKLOADS
@@ -115,7 +117,7 @@ def main(argv):
   del argv
   for name in FLAGS.workloads:
     if name not in WORKLOADS:
-      raise app.UsageError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
+      raise ValueError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
   torch.set_num_threads(_THREADS.value or os.cpu_count())
   print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
         f"load average {os.getloadavg()[0]:.1f}")
@@ -130,4 +132,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)
