@@ -8,8 +8,8 @@ W1: vocab 256, d_model 256, 4 layers, 4 heads, d_ff 1024 (GELU), learned positio
 W2: vocab 256, d_model 512, 8 layers, 8 heads, d_ff 2048 (GELU), learned positions,
     context 512, batch 8, AdamW.
 
-The step is `transformer.train.make_train_step` (model, loss, AdamW update) jitted with
-donation and sharded over the mesh, exactly what the train command runs, on random byte
+The step is `transformer.training.loop.build(config, mesh).train_step` (model, loss, AdamW
+update) jitted with donation and sharded over the mesh, exactly what the train command runs, on random byte
 tokens. The CPU is split into one XLA device per core, data-parallel (the train command's
 --cpu_devices=0; --cpu_devices=1 measures its default, one device using every core).
 Reported:
@@ -40,14 +40,13 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from transformer import cli, schema
 from experiments import results as experiment_results
 from transformer.analysis import model_stats
 from transformer.cpu import fused_attention
-from transformer.model import models
-from transformer.training import losses, optim, sharding, throughput, loop, train_state
+from transformer.training import loop, sharding, throughput
 
 # One XLA:CPU device per core, data-parallel (the train command's --cpu_devices=0); pass
 # --cpu_devices=1 for the train command's default, one device using every core.
@@ -93,26 +92,16 @@ def random_batch(config, seed=0):
 
 def measure(name: str) -> dict:
   config = experiment(name)
-  model = models.make_model(config.model)
-  names, shapes = train_state.abstract_params(model, config)
-  tx = optim.make_optimizer(config.opt, config.train.steps,
-                            optim.weight_decay_mask(names, shapes))
-  # Sharded over the mesh exactly as train_and_evaluate does (on CPU: one device per core).
+  # Built, sharded and jitted exactly as train_and_evaluate does (on CPU: one device per core).
   mesh = sharding.make_mesh(config.mesh.shape)
-  init = train_state.make_init(model, config, tx)
-  _, state_shardings = train_state.shardings(init, names, shapes, mesh)
+  built = loop.build(config, mesh)
+  shapes = built.param_shapes
   with sharding.activate(mesh):
-    state = jax.jit(init, out_shardings=state_shardings)(0)
-    step_fn = jax.jit(
-        loop.make_train_step(losses.make_loss_fn(config.objective, model), tx,
-                              optim.make_schedule(config.opt, config.train.steps), 1),
-        in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
-        out_shardings=(state_shardings, None), donate_argnums=0)
-  batch = sharding.global_batch(random_batch(config), mesh)
-
-  start = time.perf_counter()
-  compiled = step_fn.lower(state, batch).compile()
-  compile_s = time.perf_counter() - start
+    state = jax.jit(built.init, out_shardings=built.state_shardings)(0)
+    batch = sharding.global_batch(random_batch(config), mesh)
+    start = time.perf_counter()
+    compiled = built.train_step.lower(state, batch).compile()
+    compile_s = time.perf_counter() - start
   memory = compiled.memory_analysis()
   state, metrics = compiled(state, batch)  # warm-up: first-touch allocations
   jax.block_until_ready(metrics)
@@ -147,7 +136,7 @@ def main(argv):
   del argv
   for name in _WORKLOADS.value:
     if name not in WORKLOADS:
-      raise app.UsageError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
+      raise ValueError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
   # --retain_host_memory and --cpu_devices, as the train command applies them.
   retained = loop.configure_host([experiment(name) for name in _WORKLOADS.value],
                                  **cli.host_settings())
@@ -180,4 +169,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -6,75 +6,26 @@ build mesh, data, model and optimizer, restore or initialize the sharded state, 
 loop that steps, logs, evaluates and checkpoints.
 """
 
+import dataclasses
 import os
 import shutil
-import signal
 import time
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
-from jax.experimental import multihost_utils
 
 from transformer import data
 from transformer.analysis import model_stats
 from transformer.cpu import host_memory
 from transformer.model import models, positions
-from transformer.training import checkpoint, losses, optim, sharding, throughput, train_state
+from transformer.training import (checkpoint, losses, optim, preemption, sharding, throughput,
+                                  train_state)
+from transformer.training.step import make_eval_step, make_train_step
 from transformer.data.shards import ShardedBatches
 from transformer.training.run_log import RunLog, Stopwatch
-
-def make_train_step(loss_fn, tx, schedule, accum_steps: int):
-  """One optimizer update from a global batch, averaging over its real tokens."""
-  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
-  def train_step(state, batch):
-    rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
-    if accum_steps == 1:
-      (loss_sum, sums), grad_sums = grad_fn(state["params"], batch, rng, False)
-    else:
-      # Micro-batch m takes rows m, m+A, m+2A, ...: every device keeps its own rows, so
-      # splitting moves no data between devices.
-      micro = jax.tree.map(
-          lambda x: x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:])
-          .swapaxes(0, 1), batch)
-
-      def add_micro(carry, index_and_batch):
-        index, micro_batch = index_and_batch
-        out = grad_fn(state["params"], micro_batch, jax.random.fold_in(rng, index), False)
-        return jax.tree.map(jnp.add, carry, out), None
-      zeros = jax.eval_shape(grad_fn, state["params"], jax.tree.map(lambda x: x[0], micro),
-                             rng, False)
-      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
-      ((loss_sum, sums), grad_sums), _ = jax.lax.scan(
-          add_micro, zeros, (jnp.arange(accum_steps), micro))
-    # Sums over all micro-batches and devices divided once: the loss per real token.
-    count = jnp.maximum(sums["weight_sum"], 1.0)
-    grads = jax.tree.map(lambda g: g / count, grad_sums)
-    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-    params = optax.apply_updates(state["params"], updates)
-    grad_norm = optax.tree.norm(grads)
-    metrics = {"loss": loss_sum / count, "accuracy": sums["correct_sum"] / count,
-               "grad_norm": grad_norm, "learning_rate": schedule(state["step"]),
-               "real_tokens": sums["weight_sum"],
-               # Params after this step are good iff the loss and gradients were finite.
-               "finite": jnp.isfinite(loss_sum) & jnp.isfinite(grad_norm)}
-    new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1,
-                 "rng": state["rng"]}
-    return new_state, metrics
-
-  return train_step
-
-
-def make_eval_step(loss_fn):
-  def eval_step(params, batch):
-    _, sums = loss_fn(params, batch, jax.random.key(0), True)
-    return sums
-  return eval_step
-
 
 def evaluate(eval_step, params, config, tokenizer, mesh) -> dict:
   """Loss, perplexity and token accuracy over the first `train.eval_batches` eval batches.
@@ -122,36 +73,6 @@ def prepare_workdir(workdir: str) -> None:
     raise ValueError(f"cannot write to --workdir {workdir}: {e.strerror or e}") from None
 
 
-class StopSignal:
-  """Turns SIGTERM/SIGINT into a request to checkpoint and exit at the next step boundary.
-
-  A second signal of either kind falls back to the default (immediate) behaviour."""
-
-  def __init__(self):
-    self.received = None
-    self._previous = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-      self._previous[sig] = signal.signal(sig, self._handle)
-
-  def _handle(self, signum, frame):
-    del frame
-    self.received = signal.Signals(signum).name
-    for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
-
-  def requested(self) -> bool:
-    if jax.process_count() == 1:
-      return self.received is not None
-    # Any host's signal stops every host at the same step, or the save would deadlock.
-    flags_ = multihost_utils.process_allgather(np.array(self.received is not None))
-    return bool(np.any(flags_))
-
-  def restore(self) -> None:
-    for sig, handler in self._previous.items():
-      if signal.getsignal(sig) == self._handle:
-        signal.signal(sig, handler)
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Train per `config`, writing logs and checkpoints under `workdir`; returns the summary.
 
@@ -173,29 +94,26 @@ def _holds_results(workdir: str) -> bool:
           (os.path.isdir(checkpoints) and any(os.scandir(checkpoints))))
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  wall_start = time.time()
-  # Checks that need no compute come first, so a typo costs seconds, not a compile.
-  check_config(config)
-  mesh = sharding.make_mesh(config.mesh.shape, config.train.batch_size,
-                            config.opt.grad_accum_steps)
-  sharding.check_batch_size(config.train.batch_size, mesh, config.opt.grad_accum_steps)
-  prepare_workdir(workdir)
-  # A checkpoint of another model or data stream is refused before anything is built or
-  # written here (sentencepiece would train into the workdir).
-  manager = checkpoint.make_manager(workdir, config.train.keep_checkpoints,
-                                    config.train.keep_best, config.train.async_checkpoint)
-  latest = manager.latest_step()
-  if latest is not None:
-    saved_config = checkpoint.read_config(manager, latest)
-    checkpoint.check_compatible(saved_config, config, workdir)
-  tokenizer = data.get_tokenizer(config.data, checkpoint.tokenizer_dir(workdir))
-  if tokenizer.vocab_size > config.model.vocab_size:
-    raise ValueError(f"tokenizer {config.data.tokenizer!r} has {tokenizer.vocab_size} "
-                     f"tokens but model.vocab_size is {config.model.vocab_size}")
-  train_batches = ShardedBatches(config, tokenizer, split=config.train.train_split,
-                                 objective=config.objective.name, seed=config.train.seed,
-                                 num_shards=config.train.data_shards)
+@dataclasses.dataclass(frozen=True)
+class Built:
+  """What a config builds, before any array exists: the model, its loss, the optimizer and
+  schedule, the state's init function with its abstract shapes and shardings, and the jitted
+  steps (trace them under `sharding.activate(mesh)`)."""
+  model: Any
+  loss_fn: Callable
+  tx: Any
+  schedule: Callable
+  init: Callable
+  param_shapes: Any
+  abstract_state: Any
+  state_shardings: Any
+  train_step: Callable
+  eval_step: Callable
+
+
+def build(config: ml_collections.ConfigDict, mesh) -> Built:
+  """Model, loss, optimizer, init and shardings for `config` on `mesh`, and the train and eval
+  steps jitted with them (the training benchmark times exactly these)."""
   model = models.make_model(config.model)
   loss_fn = losses.make_loss_fn(config.objective, model)
   logical_names, param_shapes = train_state.abstract_params(model, config)
@@ -205,22 +123,60 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
   init = train_state.make_init(model, config, tx)
   abstract_state, state_shardings = train_state.shardings(init, logical_names,
                                                           param_shapes, mesh)
+  batch_sharding = sharding.batch_sharding(mesh)
+  train_step = jax.jit(
+      make_train_step(loss_fn, tx, schedule, config.opt.grad_accum_steps),
+      in_shardings=(state_shardings, batch_sharding), out_shardings=(state_shardings, None),
+      donate_argnums=0)
+  eval_step = jax.jit(make_eval_step(loss_fn),
+                      in_shardings=(state_shardings["params"], batch_sharding))
+  return Built(model, loss_fn, tx, schedule, init, param_shapes, abstract_state,
+               state_shardings, train_step, eval_step)
 
-  # Resume if this workdir has a checkpoint.
+
+def _open_checkpoints(config, workdir):
+  """The workdir's checkpoint manager and its latest step's config (None when new). A
+  checkpoint of another model or data stream is refused before anything is built or written
+  here (sentencepiece would train into the workdir)."""
+  prepare_workdir(workdir)
+  manager = checkpoint.make_manager(workdir, config.train.keep_checkpoints,
+                                    config.train.keep_best, config.train.async_checkpoint)
+  latest = manager.latest_step()
+  saved_config = None
   if latest is not None:
-    try:
-      state, data_state = checkpoint.restore(manager, latest, abstract_state)
-      train_batches.set_state(data_state)
-    except (ValueError, KeyError, TypeError) as e:
-      # Orbax's tree mismatch names optimizer slots, not the settings that made them.
-      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      opt = checkpoint.differences(saved_config, config, lambda k: k.startswith("opt."))
-      raise ValueError(f"{workdir}'s step-{latest} checkpoint does not restore into this "
-                       f"config ({checkpoint.describe(opt) if opt else first}); use a new "
-                       f"--workdir or the saved settings") from None
-  else:
-    state = jax.jit(init, out_shardings=state_shardings)(config.train.seed)
-  # Only now, with the workdir's checkpoint restored into this config, do we write into it.
+    saved_config = checkpoint.read_config(manager, latest)
+    checkpoint.check_compatible(saved_config, config, workdir)
+  return manager, latest, saved_config
+
+
+def _tokenizer(config, workdir):
+  tokenizer = data.get_tokenizer(config.data, checkpoint.tokenizer_dir(workdir))
+  if tokenizer.vocab_size > config.model.vocab_size:
+    raise ValueError(f"tokenizer {config.data.tokenizer!r} has {tokenizer.vocab_size} "
+                     f"tokens but model.vocab_size is {config.model.vocab_size}")
+  return tokenizer
+
+
+def _restore_or_init(built, manager, latest, saved_config, train_batches, config, workdir):
+  """The state to train from: the latest checkpoint (and the data position with it), or a
+  fresh sharded init."""
+  if latest is None:
+    return jax.jit(built.init, out_shardings=built.state_shardings)(config.train.seed)
+  try:
+    state, data_state = checkpoint.restore(manager, latest, built.abstract_state)
+  except (ValueError, KeyError, TypeError) as e:
+    # Orbax's tree mismatch names optimizer slots, not the settings that made them.
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    opt = checkpoint.differences(saved_config, config, lambda k: k.startswith("opt."))
+    raise ValueError(f"{workdir}'s step-{latest} checkpoint does not restore into this "
+                     f"config ({checkpoint.describe(opt) if opt else first}); use a new "
+                     f"--workdir or the saved settings") from None
+  train_batches.set_state(data_state)
+  return state
+
+
+def _open_log(config, workdir, manager, latest, saved_config) -> RunLog:
+  """The run log; only called once the workdir's checkpoint restored into this config."""
   log = RunLog(workdir, config.train.steps)
   log.write_config(config)
   if latest is not None:
@@ -229,8 +185,27 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     if changed:
       log.info("changed since that checkpoint: " + ", ".join(
           f"{k} {a!r} -> {b!r}" for k, a, b in changed))
+  return log
 
-  params_total, params_non_embedding = model_stats.param_totals(param_shapes)
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  wall_start = time.time()
+  # Checks that need no compute come first, so a typo costs seconds, not a compile.
+  check_config(config)
+  mesh = sharding.make_mesh(config.mesh.shape, config.train.batch_size,
+                            config.opt.grad_accum_steps)
+  sharding.check_batch_size(config.train.batch_size, mesh, config.opt.grad_accum_steps)
+  manager, latest, saved_config = _open_checkpoints(config, workdir)
+  tokenizer = _tokenizer(config, workdir)
+  train_batches = ShardedBatches(config, tokenizer, split=config.train.train_split,
+                                 objective=config.objective.name, seed=config.train.seed,
+                                 num_shards=config.train.data_shards)
+  built = build(config, mesh)
+  state = _restore_or_init(built, manager, latest, saved_config, train_batches, config,
+                           workdir)
+  log = _open_log(config, workdir, manager, latest, saved_config)
+
+  params_total, params_non_embedding = model_stats.param_totals(built.param_shapes)
   tokens_per_step = config.train.batch_size * config.data.seq_len
   flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len,
                                                params_non_embedding)
@@ -246,29 +221,39 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     log.info(f"unigram entropy of {config.data.name}/{config.train.eval_split}: "
              f"{unigram:.4f} nats/token")
 
-  with sharding.activate(mesh):
-    batch_sharding = sharding.batch_sharding(mesh)
-    train_step = jax.jit(make_train_step(loss_fn, tx, schedule, config.opt.grad_accum_steps),
-                         in_shardings=(state_shardings, batch_sharding),
-                         out_shardings=(state_shardings, None), donate_argnums=0)
-    eval_step = jax.jit(make_eval_step(loss_fn),
-                        in_shardings=(state_shardings["params"], batch_sharding))
+  start_step = int(state["step"])
+  stop = preemption.StopSignal()
+  stopwatch = Stopwatch()
+  train_step, compile_time_s = built.train_step, None
+  window, eval_metrics, last_eval, previous = [], {}, None, None
 
-    start_step = int(state["step"])
-    stop = StopSignal()
-    window, eval_metrics, last_eval, previous = [], {}, None, None
-    compile_time_s = None
-    stopwatch = Stopwatch()
-    step = start_step
-    try:
+  def log_row(step):
+    fetched = jax.device_get(window)
+    step_time = stopwatch.lap() / len(fetched)
+    row = {"loss": float(np.mean([m["loss"] for m in fetched])),
+           "accuracy": float(np.mean([m["accuracy"] for m in fetched])),
+           "grad_norm": float(fetched[-1]["grad_norm"]),
+           "learning_rate": float(fetched[-1]["learning_rate"]),
+           "tokens": step * tokens_per_step,
+           "tokens_per_s": tokens_per_step / step_time, "step_time_s": step_time}
+    if peak:
+      row["mfu"] = flops_per_token * row["tokens_per_s"] / peak
+    if step - len(fetched) == start_step:
+      row["compile_time_s"] = compile_time_s  # the first row of each session
+    row.update(eval_metrics)
+    log.metrics(step, row)
+    log.progress(step, row["loss"], row["tokens_per_s"], step_time, row.get("eval_loss"))
+
+  step = start_step
+  try:
+    with sharding.activate(mesh):
       for step in range(start_step + 1, config.train.steps + 1):
         batch = sharding.global_batch(next(train_batches), mesh)
         if compile_time_s is None:
-          compile_start = time.perf_counter()
-          train_step = train_step.lower(state, batch).compile()
-          compile_time_s = time.perf_counter() - compile_start
+          with stopwatch.paused() as timer:
+            train_step = train_step.lower(state, batch).compile()
+          compile_time_s = timer.seconds
           log.info(f"compiled the train step in {compile_time_s:.1f}s")
-          stopwatch.pause(compile_time_s)
         state, metrics = train_step(state, batch)
         window.append(metrics)
 
@@ -284,37 +269,17 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         if (eval_due or save_due or stopping) and not bool(metrics["finite"]):
           raise _non_finite(step, metrics, manager)
         if eval_due:
-          eval_start = time.perf_counter()
-          eval_metrics = evaluate(eval_step, state["params"], config, tokenizer, mesh)
+          with stopwatch.paused():
+            eval_metrics = evaluate(built.eval_step, state["params"], config, tokenizer, mesh)
           last_eval = eval_metrics["eval_loss"]
-          stopwatch.pause(time.perf_counter() - eval_start)
-
         if step % config.train.log_every == 0 or eval_due:
-          fetched = jax.device_get(window)
-          step_time = stopwatch.lap() / len(fetched)
-          tokens_per_s = tokens_per_step / step_time
-          row = {"loss": float(np.mean([m["loss"] for m in fetched])),
-                 "accuracy": float(np.mean([m["accuracy"] for m in fetched])),
-                 "grad_norm": float(fetched[-1]["grad_norm"]),
-                 "learning_rate": float(fetched[-1]["learning_rate"]),
-                 "tokens": step * tokens_per_step,
-                 "tokens_per_s": tokens_per_s, "step_time_s": step_time}
-          if peak:
-            row["mfu"] = flops_per_token * tokens_per_s / peak
-          if step - len(fetched) == start_step:
-            row["compile_time_s"] = compile_time_s  # the first row of each session
-          row.update(eval_metrics)
-          log.metrics(step, row)
-          log.progress(step, row["loss"], tokens_per_s, step_time,
-                       eval_metrics.get("eval_loss"))
+          log_row(step)
           window, eval_metrics = [], {}
-
         if save_due or stopping:
-          save_start = time.perf_counter()
-          data_state = checkpoint.gather_host_states(train_batches.get_state())
-          checkpoint.save(manager, step, state, data_state, config,
-                          eval_loss=last_eval if eval_due else None, force=True)
-          stopwatch.pause(time.perf_counter() - save_start)
+          with stopwatch.paused():
+            data_state = checkpoint.gather_host_states(train_batches.get_state())
+            checkpoint.save(manager, step, state, data_state, config,
+                            eval_loss=last_eval if eval_due else None, force=True)
         if stopping:
           manager.wait_until_finished()
           log.info(f"stopped by {stop.received or 'a peer process'} at step {step}; "
@@ -322,29 +287,30 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
           return {"step": step, "stopped": True}
 
       if last_eval is None:  # nothing left to train: a re-run of a finished job
-        last_eval = evaluate(eval_step, state["params"], config, tokenizer, mesh)["eval_loss"]
-      summary = {
-          "final_eval_loss": last_eval,
-          "params_total": params_total,
-          "params_non_embedding": params_non_embedding,
-          "tokens": config.train.steps * tokens_per_step,
-          "flops_per_token": flops_per_token,
-          "flops": flops_per_token * config.train.steps * tokens_per_step,
-          "wall_time_s": time.time() - wall_start,
-          "step": step,
-          "compile_time_s": compile_time_s,
-          "unigram_entropy": unigram,
-          "config": checkpoint.flatten(config.to_dict()),
-      }
-      log.summary(summary)
-      versus = "" if unigram is None else f" (unigram entropy {unigram:.4f})"
-      log.info(f"done: eval loss {last_eval:.4f}{versus} after {step} steps")
-      return summary
-    finally:
-      stop.restore()
-      manager.wait_until_finished()
-      manager.close()
-      log.close()
+        last_eval = evaluate(built.eval_step, state["params"], config, tokenizer,
+                             mesh)["eval_loss"]
+    summary = {
+        "final_eval_loss": last_eval,
+        "params_total": params_total,
+        "params_non_embedding": params_non_embedding,
+        "tokens": config.train.steps * tokens_per_step,
+        "flops_per_token": flops_per_token,
+        "flops": flops_per_token * config.train.steps * tokens_per_step,
+        "wall_time_s": time.time() - wall_start,
+        "step": step,
+        "compile_time_s": compile_time_s,
+        "unigram_entropy": unigram,
+        "config": checkpoint.flatten(config.to_dict()),
+    }
+    log.summary(summary)
+    versus = "" if unigram is None else f" (unigram entropy {unigram:.4f})"
+    log.info(f"done: eval loss {last_eval:.4f}{versus} after {step} steps")
+    return summary
+  finally:
+    stop.restore()
+    manager.wait_until_finished()
+    manager.close()
+    log.close()
 
 
 def _non_finite(step: int, metrics: dict, manager) -> FloatingPointError:

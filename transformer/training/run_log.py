@@ -5,11 +5,13 @@ Only process 0 writes; the others get a RunLog whose methods do nothing, so the 
 never branches on the process index.
 """
 
+import contextlib
 import json
 import math
 import os
 import sys
 import time
+import types
 
 import jax
 import numpy as np
@@ -117,13 +119,25 @@ class Stopwatch:
 
   def __init__(self):
     self.start = time.perf_counter()
-    self.paused = 0.0
+    self.paused_s = 0.0
 
   def lap(self) -> float:
     now = time.perf_counter()
-    elapsed = now - self.start - self.paused
-    self.start, self.paused = now, 0.0
+    elapsed = now - self.start - self.paused_s
+    self.start, self.paused_s = now, 0.0
     return elapsed
 
   def pause(self, seconds: float) -> None:
-    self.paused += seconds
+    self.paused_s += seconds
+
+  @contextlib.contextmanager
+  def paused(self):
+    """`with stopwatch.paused() as timer:` leaves the block's time out of the lap;
+    `timer.seconds` is how long it took."""
+    timer = types.SimpleNamespace(seconds=0.0)
+    start = time.perf_counter()
+    try:
+      yield timer
+    finally:
+      timer.seconds = time.perf_counter() - start
+      self.pause(timer.seconds)
