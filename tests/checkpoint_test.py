@@ -8,7 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-import tiny_run
+from helpers import tiny_run
 from transformer.training import checkpoint
 
 

@@ -10,6 +10,8 @@ from ml_collections import config_flags
 
 from transformer import cli
 
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

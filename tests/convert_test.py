@@ -20,6 +20,8 @@ from transformer.schema import model_config, position_config
 from transformer.interop import hf, hf_families, workdirs
 from transformer.model import models
 
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
+
 SKIP_REASON = ("needs the interop extra (pip install -e '.[interop]': torch==2.13.0 CPU, "
                "transformers) to compare with the reference implementation")
 GENERATED = 20

@@ -1,15 +1,13 @@
 """The python_stdlib corpus trains: a brief LM run beats the validation unigram entropy."""
 
-import os
-import sys
-
 import numpy as np
+import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from tiny_run import tiny_config  # noqa: E402
-
+from helpers.tiny_run import tiny_config
 from transformer import data
-from transformer.training import loop  # noqa: E402
+from transformer.training import loop
+
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
 
 
 def test_brief_lm_on_python_stdlib_beats_unigram_entropy(tmp_path):

@@ -24,11 +24,6 @@ def _config(tmp, **overrides):
   return config
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  return tmp_path_factory.mktemp("tfds")
-
-
 def _records(config, split):
   return list(sources.load(config, split))
 

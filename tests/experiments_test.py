@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
 TINY = "configs/extrapolation.py:tiny=true,steps=4"

@@ -289,7 +289,7 @@ def test_training_with_the_kernel_resumes_bitwise_and_matches_meshes(tmp_path):
           "train.checkpoint_every=2"]
 
   def run(workdir, *flags, devices=None):
-    cmd = [sys.executable, os.path.join(ROOT, "tests", "tiny_run.py"), "--workdir",
+    cmd = [sys.executable, os.path.join(ROOT, "tests", "helpers", "tiny_run.py"), "--workdir",
            str(tmp_path / workdir), "--data_dir", data_dir, *flags]
     for s in sets:
       cmd += ["--set", s]

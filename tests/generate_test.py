@@ -6,17 +6,14 @@ import sys
 
 import pytest
 
-import tiny_run
+from helpers import tiny_run
 from transformer import generate
 from transformer.training import loop
 
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp("tfds"))
 
 
 def trained(tmp_path_factory, data_dir, family, **data):

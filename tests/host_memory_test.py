@@ -17,6 +17,8 @@ from transformer.cpu import host_memory
 if sys.argv[1] == "retain":
   assert host_memory.retain_freed_memory()
 import jax, jax.numpy as jnp
+
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
 f = jax.jit(lambda a: jnp.tanh(a) * 2)
 a = jnp.ones((4096, 4096))
 for _ in range(20):

@@ -19,6 +19,8 @@ import pytest
 from experiments.scaling import shapes
 from launch import local, slurm, sweep
 
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FAKE_TRAIN = textwrap.dedent('''

@@ -3,6 +3,7 @@ padding, errors."""
 
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -109,11 +110,9 @@ def test_scan_and_remat_give_the_same_outputs_and_gradients(kind):
   for scan, remat in [(True, "none"), (False, "full"), (True, "dots")]:
     other = models.make_model(tiny(kind, "alibi", scan_layers=scan, remat=remat))
     p = _stack_layers(params, 2) if scan else params
-    np.testing.assert_allclose(other.apply({"params": p}, *args), ref_out, atol=1e-5)
+    chex.assert_trees_all_close(other.apply({"params": p}, *args), ref_out, atol=1e-5)
     g = jax.grad(functools.partial(loss, other))(p)
-    expected = _stack_layers(ref_grad, 2) if scan else ref_grad
-    for x, y in zip(jax.tree.leaves(g), jax.tree.leaves(expected)):
-      np.testing.assert_allclose(x, y, atol=1e-5)
+    chex.assert_trees_all_close(g, _stack_layers(ref_grad, 2) if scan else ref_grad, atol=1e-5)
 
 
 def test_bfloat16_compute_is_close_to_float32():
@@ -142,8 +141,8 @@ def test_attention_weights_are_captured_per_layer_and_head():
   _, state = model.apply(variables, x, mutable=["intermediates"])
   inter = state["intermediates"]["tower"]["stack"]
   weights = [inter[f"layers_{i}"]["self_attention"]["attention_weights"][0] for i in range(2)]
+  chex.assert_shape(weights, (1, 4, 7, 7))
   for w in weights:
-    assert w.shape == (1, 4, 7, 7)
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
     assert np.all(np.triu(np.asarray(w[0, 0]), 1) == 0)
 

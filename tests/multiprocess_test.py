@@ -10,7 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-import tiny_run
+from helpers import tiny_run
+
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETS = ["train.steps=3", "train.checkpoint_every=2", "train.data_shards=2"]
@@ -23,7 +25,7 @@ def _free_port() -> int:
 
 
 def _cmd(workdir, data_dir, *flags):
-  cmd = [sys.executable, os.path.join(HERE, "tiny_run.py"), "--workdir", str(workdir),
+  cmd = [sys.executable, os.path.join(HERE, "helpers", "tiny_run.py"), "--workdir", str(workdir),
          "--data_dir", data_dir, *flags]
   for s in SETS:
     cmd += ["--set", s]

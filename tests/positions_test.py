@@ -2,6 +2,7 @@
 
 import math
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,12 +56,18 @@ def test_rope_scores_depend_only_on_the_offset():
   assert score(5, 0) != pytest.approx(score(6, 0), abs=1e-3)
 
 
-def test_rope_rotation_preserves_norms_and_partial_rotation_keeps_the_rest():
-  terms = _rope_terms(rotary_fraction=0.5)
-  x = jnp.asarray(np.random.default_rng(1).normal(size=(1, 4, 2, 16)), jnp.float32)
-  y = terms.rotate(x, jnp.arange(4)[None] * 7)
-  np.testing.assert_allclose(jnp.linalg.norm(y, axis=-1), jnp.linalg.norm(x, axis=-1), rtol=1e-5)
-  np.testing.assert_array_equal(y[..., 8:], x[..., 8:])
+class RopeRotationTest(chex.TestCase):
+  """The rotation behaves the same jitted and not (chex variants)."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_preserves_norms_and_partial_rotation_keeps_the_rest(self):
+    terms = _rope_terms(rotary_fraction=0.5)
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(1, 4, 2, 16)), jnp.float32)
+    y = self.variant(terms.rotate)(x, jnp.arange(4)[None] * 7)
+    chex.assert_shape(y, x.shape)
+    np.testing.assert_allclose(jnp.linalg.norm(y, axis=-1), jnp.linalg.norm(x, axis=-1),
+                               rtol=1e-5)
+    np.testing.assert_array_equal(y[..., 8:], x[..., 8:])
 
 
 def test_llama3_rope_speeds_from_the_seed():

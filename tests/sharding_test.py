@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-import tiny_run
+from helpers import tiny_run
 from transformer.training import sharding, loop
+
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MESHES = [(8, 1, 1), (2, 4, 1), (2, 2, 2)]
@@ -111,7 +113,8 @@ def test_meshes_on_eight_devices_match_one_device(tmp_path, tmp_path_factory):
   script = f"""
 import json, sys
 sys.path.insert(0, {HERE!r})
-import jax, tiny_run
+import jax
+from helpers import tiny_run
 from transformer.training import loop
 assert jax.device_count() == 8, jax.devices()
 out = {{}}

@@ -9,8 +9,10 @@ import jax
 import numpy as np
 import pytest
 
-import tiny_run
+from helpers import tiny_run
 from transformer.training import checkpoint, sharding, tensorboard_events, loop
+
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -25,14 +27,9 @@ def compilation_cache(tmp_path_factory):
       str(tmp_path_factory.getbasetemp().parent / "jax_cache")))
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp("tfds"))
-
-
 def run(workdir, data_dir, *flags, check=True, sets=()):
   """tests/tiny_run.py in a subprocess; returns its JSON line (or the CompletedProcess)."""
-  cmd = [sys.executable, os.path.join(HERE, "tiny_run.py"), "--workdir", str(workdir),
+  cmd = [sys.executable, os.path.join(HERE, "helpers", "tiny_run.py"), "--workdir", str(workdir),
          "--data_dir", data_dir, *flags]
   for s in sets:
     cmd += ["--set", s]

@@ -1,7 +1,7 @@
 """Tiny training runs for the tests: a config helper, and a subprocess entry point that can
 stop itself at chosen moments (a signal at step k, SIGKILL halfway through a save).
 
-    python tests/tiny_run.py --workdir W --data_dir D [--set train.steps=6 ...]
+    python tests/helpers/tiny_run.py --workdir W --data_dir D [--set train.steps=6 ...]
         [--signal_at_step 3:SIGTERM] [--kill_during_save_of_step 4]
         [--coordinator_address localhost:1234 --num_processes 2 --process_id 0]
         [--cpu_devices N]   (the train command's flag, through loop.configure_host)
@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
