@@ -8,6 +8,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
 
 # Faults per call of a jitted function with a 64 MiB output: over glibc's largest mmap
 # threshold (32 MiB), so by default it is mapped and unmapped on every call.
@@ -17,8 +18,6 @@ from transformer.cpu import host_memory
 if sys.argv[1] == "retain":
   assert host_memory.retain_freed_memory()
 import jax, jax.numpy as jnp
-
-pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
 f = jax.jit(lambda a: jnp.tanh(a) * 2)
 a = jnp.ones((4096, 4096))
 for _ in range(20):
