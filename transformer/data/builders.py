@@ -41,6 +41,19 @@ def _size(data_config) -> tuple[int, int]:
   return SIZES[data_config.size]
 
 
+def doc_sentences(data_config) -> tuple[int, int]:
+  """data.doc_sentences "lo,hi" -> (lo, hi): grammar_corpus sentences per document."""
+  text = str(data_config.get("doc_sentences", "3,7"))
+  try:
+    lo, hi = (int(x) for x in text.split(","))
+  except ValueError:
+    lo = hi = 0
+  if not 1 <= lo <= hi:
+    raise ValueError(f"data.doc_sentences must be 'lo,hi' with 1 <= lo <= hi (e.g. '1,1'), "
+                     f"got {text!r}")
+  return lo, hi
+
+
 def _rng(*parts) -> random.Random:
   # String seeds go through sha512 in `random`, so they are stable across runs and machines.
   return random.Random("/".join(map(str, parts)))
@@ -62,10 +75,13 @@ class SyntheticConfig(tfds.core.BuilderConfig):
   eval_min_length: int = 0
   eval_max_length: int = 0
   num_pairs: int = 0
+  min_sentences: int = grammar.DOC_SENTENCES[0]
+  max_sentences: int = grammar.DOC_SENTENCES[1]
 
 
 class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
-  """Documents from `grammar.document`; configs are the SIZES names."""
+  """Documents from `grammar.document`; configs are the SIZES names, plus
+  "<size>-sentences<lo>-<hi>" for a data.doc_sentences other than the default 3,7."""
 
   VERSION = tfds.core.Version("1.0.0")
   BUILDER_CONFIGS = [SyntheticConfig(name=n, num_train=t, num_eval=e)
@@ -73,8 +89,12 @@ class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
 
   @classmethod
   def config_from(cls, data_config):
-    _size(data_config)
-    return data_config.size
+    num_train, num_eval = _size(data_config)
+    lo, hi = doc_sentences(data_config)
+    if (lo, hi) == grammar.DOC_SENTENCES:
+      return data_config.size  # the original directories and bytes
+    return SyntheticConfig(name=f"{data_config.size}-sentences{lo}-{hi}", num_train=num_train,
+                           num_eval=num_eval, min_sentences=lo, max_sentences=hi)
 
   def _info(self):
     return tfds.core.DatasetInfo(
@@ -88,7 +108,8 @@ class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
 
   def _generate_examples(self, split, num):
     for i in range(num):
-      yield i, {"text": grammar.document(_rng("grammar", split, i))}
+      sentences = (self.builder_config.min_sentences, self.builder_config.max_sentences)
+      yield i, {"text": grammar.document(_rng("grammar", split, i), sentences)}
 
 
 class Algorithmic(tfds.core.GeneratorBasedBuilder):
