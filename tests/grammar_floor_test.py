@@ -223,7 +223,12 @@ def dataclass_fields(obj):
 
 
 def test_monte_carlo_mean_log_prob_matches_the_sampled_entropy(tiny):
-  tiny(nouns=(("door", "doors"),), subject_budget=0)
+  # Two nouns share the plural "doors": that word has two derivations, both summed.
+  tiny(nouns=(("door", "doors"), ("gate", "doors")), subject_budget=0)
+  probs, counts = _by_string(_derivations(g.sentence))
+  assert counts["The doors sleep."] == 2
+  for s, p in probs.items():
+    assert floor.sentence_prob(s) == pytest.approx(p, rel=1e-9), s
   num = 20_000
   texts = [g.document(random.Random(i), (1, 1)) for i in range(num)]
   counts = np.array(list(collections.Counter(texts).values()))
@@ -232,7 +237,7 @@ def test_monte_carlo_mean_log_prob_matches_the_sampled_entropy(tiny):
   sampled = float(-(freq * np.log(freq)).sum()) + (len(counts) - 1) / (2 * num)
   nll = np.array([-floor.document_log_prob(t, (1, 1)) for t in texts])
   assert abs(nll.mean() - sampled) < 4 * nll.std() / math.sqrt(num) + 0.01
-  exact = sum(-p * math.log(p) for p in _by_string(_derivations(g.sentence))[0].values())
+  exact = sum(-p * math.log(p) for p in probs.values())
   assert nll.mean() == pytest.approx(exact, abs=4 * nll.std() / math.sqrt(num))
 
 
