@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tiny_run
-from transformer import checkpoint, sharding, tensorboard_events, train
+from transformer import checkpoint, data, sharding, tensorboard_events, train
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -72,6 +72,10 @@ def test_run_writes_config_metrics_events_summary_and_checkpoint(tmp_path, data_
     assert key in on_disk, key
   assert on_disk["flops"] == on_disk["flops_per_token"] * on_disk["tokens"]
   assert on_disk["config"]["model.d_model"] == 64
+  # The default corpus' documents outrun 32-token rows, so its floor is only a lower bound.
+  floor = data.loss_floor(config.data, data.get_tokenizer(config.data), config.train.eval_split)
+  assert on_disk["loss_floor"] == pytest.approx(floor["loss_floor"]) and floor["loss_floor"] > 0
+  assert on_disk["loss_floor_exact"] is False
   assert summary["final_eval_loss"] == pytest.approx(rows[3]["eval_loss"])
 
   config, model_config, params, tokenizer = checkpoint.load_for_inference(str(tmp_path))
