@@ -256,9 +256,27 @@ def _sense_sentence(rng, sense, which):
 DOC_SENTENCES = (3, 7)  # the corpus' default sentences per document (data.doc_sentences)
 
 
-def document(rng: random.Random, sentences_range: tuple[int, int] = DOC_SENTENCES) -> str:
+def document_tokens(text: str) -> int:
+  """The tokens a document is under the bytes tokenizer with the lm featurizer's BOS and EOS
+  (data.max_doc_tokens caps this; its lm features are one shorter)."""
+  return len(text.encode()) + 2
+
+
+def document(rng: random.Random, sentences_range: tuple[int, int] = DOC_SENTENCES,
+             max_tokens: int = 0) -> str:
   """A short document of randint(*sentences_range) sentences (3-7 by default); half of those
-  with 2+ sentences carry a sense cue and its later use (a 1-sentence one has no room)."""
+  with 2+ sentences carry a sense cue and its later use (a 1-sentence one has no room).
+
+  With max_tokens > 0, a document of more than max_tokens `document_tokens` is redrawn from
+  the same rng (rejection sampling: the result is the generator conditioned on fitting);
+  max_tokens=0 draws exactly what it always did."""
+  while True:
+    text = _document(rng, sentences_range)
+    if not max_tokens or document_tokens(text) <= max_tokens:
+      return text
+
+
+def _document(rng, sentences_range):
   n = rng.randint(*sentences_range)
   sentences = [sentence(rng) for _ in range(n)]
   if n >= 2 and rng.random() < 0.5:

@@ -66,7 +66,8 @@ def _lexical(counting: bool = False) -> dict:
 
 def clear_caches() -> None:
   """For tests that swap the lexicon: drops every table derived from it."""
-  for f in (_lexical, _sense_index, sentence_prob, _cue_probs, _sense_probs):
+  for f in (_lexical, _sense_index, sentence_prob, _cue_probs, _sense_probs,
+            document_token_distribution):
     f.cache_clear()
 
 
@@ -350,38 +351,212 @@ def max_document_tokens(sentences_range: tuple[int, int]) -> int:
   return hi * max_sentence_chars() + (hi - 1) + 2
 
 
+# Length distributions: arrays a with a[k] = P(a part of the grammar writes k characters),
+# a word counting len(word) + 1 (the space after it, or the sentence's period), so a
+# sentence's characters are the sum over its words. Exact up to float rounding: every
+# choice the generator makes enters with its probability, a/an included.
+
+def _array(lengths: dict) -> np.ndarray:
+  out = np.zeros(max(lengths, default=0) + 1)
+  for k, p in lengths.items():
+    out[k] += p
+  return out
+
+
+def _plus(*arrays) -> np.ndarray:
+  out = np.zeros(max(len(a) for a in arrays))
+  for a in arrays:
+    out[:len(a)] += a
+  return out
+
+
+def _conv(*arrays) -> np.ndarray:
+  out = np.ones(1)
+  for a in arrays:
+    out = np.convolve(out, a)
+  return out
+
+
+def _shift(a: np.ndarray, k: int) -> np.ndarray:
+  return np.concatenate([np.zeros(k), a])
+
+
+def _words(words: dict, vowel: bool | None = None) -> np.ndarray:
+  """word -> probability, as lengths (len + 1); vowel=True/False keeps words that do/don't
+  start with a vowel (what turns a preceding 'a' into 'an')."""
+  lengths = collections.defaultdict(float)
+  for w, p in words.items():
+    if vowel is None or (w[0] in "aeiou") == vowel:
+      lengths[len(w) + 1] += p
+  return _array(lengths)
+
+
+class _Lengths:
+  """Character-length distributions of the generator's parts, by dynamic programming."""
+
+  def __init__(self):
+    self.lex = _lexical()
+    self._phrases = {}
+
+  def word(self, kind, number=None, vowel=None) -> np.ndarray:
+    return _words(self.lex[kind, number], vowel)
+
+  def det_then(self, number, kind, next_number=None) -> np.ndarray:
+    """A determiner and the word after it ('a' is 'an' before a vowel)."""
+    vowel, other = self.word(kind, next_number, True), self.word(kind, next_number, False)
+    parts = []
+    for det, p in self.lex["det", number].items():
+      if det == "a":
+        parts.append(p * _plus(_shift(vowel, 3), _shift(other, 2)))
+      else:
+        parts.append(p * _shift(_plus(vowel, other), len(det) + 1))
+    return _plus(*parts)
+
+  def head(self, number) -> np.ndarray:
+    no_adj = self.det_then(number, "noun", number)
+    adj = _conv(self.det_then(number, "adj"), self.word("noun", number))
+    return _plus((1 - P_ADJ) * no_adj, P_ADJ * adj)
+
+  def noun_phrase(self, number, budget) -> np.ndarray:
+    """_noun_phrase(number, [budget]): one modifier at most per phrase, so the budget is
+    spent down a chain and the inner phrase gets budget - 1."""
+    key = (number, budget)
+    if key not in self._phrases:
+      head = self.head(number)
+      if budget == 0:
+        self._phrases[key] = head
+      else:
+        that = _shift(np.ones(1), len("that") + 1)
+        modifiers = []
+        for inner, p_inner in _NUMBERS:
+          phrase = self.noun_phrase(inner, budget - 1)
+          modifiers += [
+              p_inner * P_PP * _conv(self.word("prep"), phrase),
+              p_inner * P_OBJECT_RELATIVE * _conv(that, phrase, self.word("verb_t", inner)),
+              p_inner * P_SUBJECT_RELATIVE * _conv(that, self.word("verb_t", number), phrase)]
+        self._phrases[key] = _plus((1 - P_MODIFIER) * head,
+                                   P_MODIFIER * _conv(head, _plus(*modifiers)))
+    return self._phrases[key]
+
+  def object_phrase(self) -> np.ndarray:
+    return _plus(*(p * self.noun_phrase(n, g._OBJECT_BUDGET) for n, p in _NUMBERS))
+
+  def predicate(self, number) -> np.ndarray:
+    copula = _plus(*(p * _shift(self.word("adj"), len(g._COPULA[t][number]) + 1)
+                     for t, p in (("present", P_PRESENT), ("past", 1 - P_PRESENT))))
+    has = _shift(self.object_phrase(), len("has" if number == "sg" else "have") + 1)
+    transitive = _conv(self.word("verb_t", number), self.object_phrase())
+    adverb = _plus((1 - P_ADVERB) * np.ones(1), P_ADVERB * self.word("adv"))
+    intransitive = _conv(self.word("verb_i", number), adverb)
+    return _plus(P_COPULA * copula, P_HAS * has, P_TRANSITIVE * transitive,
+                 P_INTRANSITIVE * intransitive)
+
+  def sentence(self) -> np.ndarray:
+    return _plus(*(p * _conv(self.noun_phrase(n, g._SUBJECT_BUDGET), self.predicate(n))
+                   for n, p in _NUMBERS))
+
+  def cue_sentence(self, cues) -> np.ndarray:
+    # rng.sample(cues, 2): an ordered pair of distinct positions, uniformly.
+    k, pair = len(cues), collections.defaultdict(float)
+    for i in range(k):
+      for j in range(k):
+        if i != j:
+          pair[len(cues[i]) + len(cues[j]) + 2] += 1 / (k * (k - 1))
+    fixed = 2 * (len("the") + 1)
+    return _plus(*(p * _shift(_conv(self.head(n), self.word("verb_t", n), _array(pair),
+                                    self.word("prep")), fixed) for n, p in _NUMBERS))
+
+  def sense_sentence(self, sense, which) -> np.ndarray:
+    pp = _plus((1 - P_SENSE_PP) * np.ones(1), P_SENSE_PP * _conv(
+        self.word("prep"), _plus(*(p * self.head(n) for n, p in _NUMBERS))))
+    predicate = _array(collections.Counter(len(w) + 1 for w in sense.predicates[which])) / len(
+        sense.predicates[which])
+    parts = []
+    for (number, p), noun in zip(_NUMBERS, sense.noun):
+      copula = _plus(*(q * _shift(np.ones(1), len(g._COPULA[t][number]) + 1)
+                       for t, q in (("present", P_SENSE_PRESENT), ("past", 1 - P_SENSE_PRESENT))))
+      parts.append(p * _shift(_conv(pp, copula, predicate), len("the") + 1 + len(noun) + 1))
+    return _plus(*parts)
+
+  def document(self, sentences_range) -> np.ndarray:
+    """P(grammar.document(rng, sentences_range) has k characters), k = 0, 1, ..."""
+    lo, hi = sentences_range
+    regular = self.sentence()
+    senses = g.lexicon().senses
+    pairs = None
+    if hi >= 2:
+      pairs = _plus(*(_conv(self.cue_sentence(s.cues[w]), self.sense_sentence(s, w))
+                      for s in senses for w in range(2))) / (2 * len(senses))
+    parts, power = [], [np.ones(1)]  # power[m] = regular ** m (convolution)
+    for _ in range(hi):
+      power.append(_conv(power[-1], regular))
+    for n in range(lo, hi + 1):
+      if n == 1:
+        parts.append(regular)
+        continue
+      text = _plus((1 - P_SENSE_DOCUMENT) * power[n],
+                   P_SENSE_DOCUMENT * _conv(power[n - 2], pairs))
+      parts.append(_shift(text, n - 1))  # the spaces between sentences
+    return _plus(*parts) / (hi - lo + 1)
+
+
+@functools.cache
+def document_token_distribution(sentences_range: tuple[int, int]) -> np.ndarray:
+  """P(a document has k `grammar.document_tokens`) for k = 0, 1, ..., exactly (to float
+  rounding): the characters' distribution shifted by BOS and EOS. Read-only (cached)."""
+  out = _shift(_Lengths().document(tuple(sentences_range)), 2)
+  out.flags.writeable = False
+  return out
+
+
+def fit_probability(sentences_range: tuple[int, int], max_tokens: int) -> float:
+  """Z = P(an unconditioned document has at most max_tokens tokens); 1.0 for max_tokens=0.
+  data.max_doc_tokens draws documents from p(doc) / Z on the documents that fit."""
+  if not max_tokens:
+    return 1.0
+  return float(np.sum(document_token_distribution(sentences_range)[:max_tokens + 1]))
+
+
 def loss_floor(data_config, tokenizer, split: str = "validation",
                max_records: int | None = None) -> dict | None:
   """The lm loss of a perfect model on `split`, in nats per predicted token; None unless the
   dataset is grammar_corpus and the tokenizer is bytes.
 
-  Sum over documents of -log p(document), divided by the tokens the lm objective predicts
-  for them: every byte (the first one too, as BOS's target) and EOS, i.e. bytes + 1 per
-  document; -log p(document) is exactly what a perfect model pays for those targets. Keys:
-  loss_floor, exact (False when a row of data.seq_len cuts some document of the split: a
-  piece then lacks its context and the true floor is higher, so this is a lower bound),
-  documents, tokens, cut_documents, max_document_tokens (the split's longest, BOS and EOS
-  included). The parser sums over every derivation, so ambiguity costs no exactness.
+  Sum over documents of -log p(document | the corpus' rules), divided by the tokens the lm
+  objective predicts for them: every byte (the first one too, as BOS's target) and EOS, i.e.
+  bytes + 1 per document; that -log p is exactly what a perfect model pays for those
+  targets. With data.max_doc_tokens the corpus holds the documents that fit, drawn from
+  p(doc) / Z (Z = P(a document fits), exact by dynamic programming over the grammar), so
+  each document's -log p(doc) is lowered by -log Z. Keys: loss_floor, exact (False when a
+  row of data.seq_len cuts some document of the split: a piece then lacks its context and
+  the true floor is higher, so this is a lower bound), documents, tokens, cut_documents,
+  max_document_tokens (the split's longest, BOS and EOS included), z, z_stderr and
+  floor_stderr (0.0: Z is exact, and so is the floor on these documents). The parser sums
+  over every derivation, so ambiguity costs no exactness.
   """
   from transformer.data import builders, objectives, sources, tokenizers  # pylint: disable=g-import-not-at-top
   if data_config.name != "grammar_corpus" or not isinstance(tokenizer, tokenizers.BytesTokenizer):
     return None
   sentences = builders.doc_sentences(data_config)
+  cap = builders.max_doc_tokens(data_config)
+  z = fit_probability(sentences, cap)
   records = sources.load(data_config, split)
   if max_records is not None:
     records = records[:max_records]
   nll, tokens, cut, longest, documents = 0.0, 0, 0, 0, 0
   for record in records:
     log_p = document_log_prob(record["text"], sentences)
-    if log_p == -math.inf:
+    if log_p == -math.inf or (cap and g.document_tokens(record["text"]) > cap):
       raise ValueError(f"grammar_corpus document {documents} of {split!r} has probability 0 "
-                       f"under the generator with doc_sentences={sentences}: the built data does "
-                       f"not match grammar.py; rebuild it (delete its data_dir copy)")
+                       f"under the generator with doc_sentences={sentences}, max_doc_tokens="
+                       f"{cap}: the built data does not match grammar.py; rebuild it (delete "
+                       f"its data_dir copy)")
     features = objectives.lm(record, tokenizer, None, data_config)
-    nll -= log_p
+    nll -= log_p - math.log(z)
     tokens += int(np.sum(features["weights"] > 0))
     cut += len(features["inputs"]) > data_config.seq_len
     longest = max(longest, len(features["inputs"]) + 1)
     documents += 1
   return {"loss_floor": nll / tokens, "exact": cut == 0, "documents": documents,
-          "tokens": tokens, "cut_documents": cut, "max_document_tokens": longest}
+          "tokens": tokens, "cut_documents": cut, "max_document_tokens": longest,
+          "z": z, "z_stderr": 0.0, "floor_stderr": 0.0}

@@ -42,6 +42,8 @@ def default_config() -> ml_collections.ConfigDict:
       size="small",            # synthetic datasets: see builders.SIZES
       doc_sentences="3,7",     # grammar_corpus: "lo,hi" sentences per document; other than
                                # 3,7, validate refuses a seq_len that could cut a document
+      max_doc_tokens=0,        # grammar_corpus: redraw documents of more tokens (bytes +
+                               # BOS + EOS) than this; 0 = off. <= seq_len: no row cuts one
       task="copy",             # algorithmic: copy | reverse | sort | addition
       min_length=1,            # algorithmic: train/validation/test lengths
       max_length=16,
@@ -101,14 +103,19 @@ def _check_whole_documents(data_config, objective) -> None:
   if data_config.name != "grammar_corpus" or data_config.tokenizer != "bytes":
     return
   sentences = builders.doc_sentences(data_config)
-  if sentences == grammar.DOC_SENTENCES or objective not in (None, "lm", "mlm"):
+  cap = builders.max_doc_tokens(data_config)
+  if (sentences == grammar.DOC_SENTENCES and not cap) or objective not in (None, "lm", "mlm"):
     return
+  longest = grammar_floor.max_document_tokens(sentences)
+  if cap:
+    longest = min(longest, cap)
   # lm features drop one of BOS/EOS; mlm (and an unnamed objective) keeps both.
-  needed = grammar_floor.max_document_tokens(sentences) - (1 if objective == "lm" else 0)
+  needed = longest - (1 if objective == "lm" else 0)
   if needed > data_config.seq_len:
     raise ValueError(f"data.doc_sentences={data_config.doc_sentences} documents can need "
                      f"{needed} positions but data.seq_len={data_config.seq_len}, so a row "
-                     f"could cut one; raise data.seq_len to at least {needed}")
+                     f"could cut one; raise data.seq_len to at least {needed}, or set "
+                     f"data.max_doc_tokens (at most data.seq_len) to redraw longer documents")
 
 
 @dataclasses.dataclass(frozen=True)

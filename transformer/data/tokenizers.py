@@ -121,6 +121,8 @@ def sentencepiece_path(data_config, cache_dir: str) -> str:
   if data_config.name == "grammar_corpus" and (
       builders.doc_sentences(data_config) != grammar.DOC_SENTENCES):
     key += f"|doc_sentences={data_config.doc_sentences}"  # the default keeps its old name
+  if data_config.name == "grammar_corpus" and builders.max_doc_tokens(data_config):
+    key += f"|max_doc_tokens={builders.max_doc_tokens(data_config)}"
   digest = hashlib.sha256(key.encode()).hexdigest()[:10]
   return os.path.join(cache_dir, f"sentencepiece-{data_config.name}-{data_config.vocab_size}"
                                  f"-{digest}.model")
