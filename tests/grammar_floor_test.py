@@ -292,3 +292,154 @@ def test_loss_floor_counts_the_tokens_the_lm_objective_predicts(tmp_path):
   assert not floor.loss_floor(config, tokenizer, max_records=50)["exact"]
   config.name = "kv_retrieval"
   assert floor.loss_floor(config, tokenizer) is None
+
+
+
+def _length_dist(derivations, offset=0):
+  out = collections.defaultdict(float)
+  for text, p in derivations:
+    out[len(text) + offset] += p
+  return out
+
+
+def _rendered(words):
+  # The characters words take in a sentence (a/an rendered, a space or period after each).
+  return g._sentence(list(words) + ["x"])[:-3]
+
+
+def _matches(array, dist):
+  assert math.isclose(sum(dist.values()), 1.0, rel_tol=1e-12)
+  assert math.isclose(float(np.sum(array)), 1.0, rel_tol=1e-12)
+  for k in range(max(len(array), max(dist) + 1)):
+    got = float(array[k]) if k < len(array) else 0.0
+    assert got == pytest.approx(dist.get(k, 0.0), abs=1e-13), k
+
+
+def test_length_distributions_match_exhaustive_enumeration(tiny):
+  # Character counts of every part, a/an ("an open") and the shared modifier budget included.
+  lexicon = tiny()
+  lengths = floor._Lengths()
+  _matches(lengths.sentence(), _length_dist(_derivations(g.sentence)))
+  sense = lexicon.senses[0]
+  for which in range(2):
+    _matches(lengths.cue_sentence(sense.cues[which]),
+             _length_dist(_derivations(lambda rng: g._cue_sentence(rng, sense.cues[which]))))
+    _matches(lengths.sense_sentence(sense, which),
+             _length_dist(_derivations(lambda rng: g._sense_sentence(rng, sense, which))))
+  tiny(nouns=(("door", "doors"),), object_budget=1)
+  lengths = floor._Lengths()
+  for number in ("sg", "pl"):
+    phrase = _derivations(lambda rng: _rendered(g._noun_phrase(rng, number, [2])))
+    _matches(lengths.noun_phrase(number, 2), _length_dist(phrase, offset=1))
+    predicate = _derivations(lambda rng: _rendered(g._predicate(rng, number)))
+    _matches(lengths.predicate(number), _length_dist(predicate, offset=1))
+
+
+def test_fit_probability_is_the_brute_force_mass_of_the_documents_that_fit(tiny):
+  tiny()
+  derivations = _derivations(lambda rng: g.document(rng, (1, 1)))
+  probs, _ = _by_string(derivations)
+  tokens = _length_dist(derivations, offset=2)
+  _matches(floor.document_token_distribution((1, 1)), tokens)
+  for cap in sorted(tokens)[::3] + [max(tokens), 0]:
+    brute = sum(p for text, p in probs.items() if not cap or g.document_tokens(text) <= cap)
+    assert floor.fit_probability((1, 1), cap) == pytest.approx(brute, rel=1e-12), cap
+  # Conditioning: p(doc) / Z sums to 1 over the documents that fit.
+  cap = sorted(tokens)[len(tokens) // 2]
+  z = floor.fit_probability((1, 1), cap)
+  fits = [text for text in probs if g.document_tokens(text) <= cap]
+  assert 0 < z < 1
+  assert sum(math.exp(floor.document_log_prob(t, (1, 1))) / z
+             for t in fits) == pytest.approx(1.0, rel=1e-9)
+
+
+def test_document_lengths_compose_sentences_spaces_and_the_sense_pair(tiny, monkeypatch):
+  # Stub sentences (as in the document-probability test) make multi-sentence documents
+  # enumerable; the stubs' lengths go into the DP as its sentence distributions.
+  lexicon = tiny()
+  senses = lexicon.senses + (g.Sense(("x", "xs"), (("y", "z"), ("w", "v")), (("u",), ("t",))),)
+  monkeypatch.setattr(g, "lexicon", lambda: g.Lexicon(*dataclass_fields(lexicon)[:-1], senses))
+  regular = {"Aa.": 0.7, "Bbbb.": 0.3}
+  cue = {(0, 0): {"C.": 0.6, "Aa.": 0.4}, (0, 1): {"Cccccc.": 1.0},
+         (1, 0): {"Dd.": 1.0}, (1, 1): {"Dd.": 0.5, "Bbbb.": 0.5}}
+  use = {(0, 0): {"Ee.": 1.0}, (0, 1): {"F.": 0.2, "Eeeeeeeee.": 0.8}, (1, 0): {"Ee.": 1.0},
+         (1, 1): {"Gggg.": 1.0}}
+  pick = lambda rng, dist: rng.choices(list(dist), weights=list(dist.values()))[0]
+  key = lambda sense, which: (senses.index(sense), which)
+  cue_of = lambda cues: next(k for k in cue if senses[k[0]].cues[k[1]] == cues)
+  monkeypatch.setattr(g, "sentence", lambda rng: pick(rng, regular))
+  monkeypatch.setattr(g, "_cue_sentence", lambda rng, cues: pick(rng, cue[cue_of(cues)]))
+  monkeypatch.setattr(g, "_sense_sentence", lambda rng, s, w: pick(rng, use[key(s, w)]))
+  as_array = lambda dist: floor._array(_length_dist(dist.items()))
+  monkeypatch.setattr(floor._Lengths, "sentence", lambda self: as_array(regular))
+  monkeypatch.setattr(floor._Lengths, "cue_sentence",
+                      lambda self, cues: as_array(cue[cue_of(cues)]))
+  monkeypatch.setattr(floor._Lengths, "sense_sentence",
+                      lambda self, s, w: as_array(use[key(s, w)]))
+  for sentences in ((1, 4), (2, 2), (3, 3)):
+    derivations = _derivations(lambda rng: g.document(rng, sentences))
+    _matches(floor._Lengths().document(sentences), _length_dist(derivations))
+
+
+def test_fit_probability_of_the_real_grammar_matches_sampling():
+  floor.clear_caches()
+  num, cap = 20_000, 128
+  for sentences in ((1, 1), (2, 3)):
+    z = floor.fit_probability(sentences, cap)
+    sampled = np.mean([g.document_tokens(g.document(random.Random(f"z{i}"), sentences)) <= cap
+                       for i in range(num)])
+    assert abs(sampled - z) < 4 * math.sqrt(z * (1 - z) / num), sentences
+  assert floor.fit_probability((1, 1), 0) == 1.0
+  assert floor.fit_probability((1, 1), 2) == 0.0
+  assert len(floor.document_token_distribution((1, 1))) <= floor.max_document_tokens((1, 1)) + 1
+
+
+def test_max_doc_tokens_redraws_from_the_same_stream_and_names_its_own_directory():
+  for i in range(200):
+    rng = random.Random(f"grammar/train/{i}")
+    while g.document_tokens(text := g.document(rng, (1, 1))) > 60:
+      pass
+    assert g.document(random.Random(f"grammar/train/{i}"), (1, 1), 60) == text
+  config = data.default_config()
+  config.max_doc_tokens = 128
+  assert builders.GrammarCorpus.config_from(config).name == "small-maxtokens128"
+  config.doc_sentences = "1,1"
+  assert builders.GrammarCorpus.config_from(config).name == "small-sentences1-1-maxtokens128"
+  config.max_doc_tokens = 5  # shorter than any document: redrawing would never end
+  with pytest.raises(ValueError, match="max_doc_tokens=5"):
+    builders.GrammarCorpus.config_from(config)
+  config.max_doc_tokens = -1
+  with pytest.raises(ValueError, match="max_doc_tokens"):
+    builders.GrammarCorpus.config_from(config)
+
+
+def test_validate_accepts_a_document_cap_that_fits_the_rows():
+  config = data.default_config()
+  config.update(doc_sentences="1,1", seq_len=128)
+  with pytest.raises(ValueError, match="or set data.max_doc_tokens"):
+    pipeline.validate(config, "lm")
+  config.max_doc_tokens = 129  # lm features are one shorter than the document's tokens
+  pipeline.validate(config, "lm")
+  with pytest.raises(ValueError, match="at least 129"):
+    pipeline.validate(config, "mlm")
+  config.max_doc_tokens = 128
+  pipeline.validate(config, "mlm")
+  config.update(doc_sentences="3,7", max_doc_tokens=200)  # the cap applies to 3,7 too
+  with pytest.raises(ValueError, match="at least 199"):
+    pipeline.validate(config, "lm")
+
+
+def test_loss_floor_under_a_document_cap_adds_log_z(tmp_path):
+  config = data.default_config()
+  config.update(size="tiny", data_dir=str(tmp_path), doc_sentences="1,1", seq_len=128,
+                max_doc_tokens=60)
+  tokenizer = data.get_tokenizer(config)
+  result = floor.loss_floor(config, tokenizer, max_records=80)
+  texts = [r["text"] for r in data.load(config, "validation")][:80]
+  assert max(g.document_tokens(t) for t in texts) <= 60 and result["exact"]
+  z = floor.fit_probability((1, 1), 60)
+  assert result["z"] == z and 0.5 < z < 0.95
+  assert result["z_stderr"] == 0.0 and result["floor_stderr"] == 0.0
+  nll = -sum(floor.document_log_prob(t, (1, 1)) - math.log(z) for t in texts)
+  assert result["loss_floor"] == pytest.approx(nll / result["tokens"], rel=1e-12)
+  assert f"Z = {z:.10f}" in data.describe(config)
