@@ -442,4 +442,7 @@ def test_loss_floor_under_a_document_cap_adds_log_z(tmp_path):
   assert result["z_stderr"] == 0.0 and result["floor_stderr"] == 0.0
   nll = -sum(floor.document_log_prob(t, (1, 1)) - math.log(z) for t in texts)
   assert result["loss_floor"] == pytest.approx(nll / result["tokens"], rel=1e-12)
-  assert f"Z = {z:.10f}" in data.describe(config)
+  description = data.describe(config)  # the dataset's info states Z and the floor
+  assert f"Z = {z:.10f}" in description
+  assert f"{floor.loss_floor(config, tokenizer)['loss_floor']:.6f} nats/token (exact)" in (
+      description)

@@ -76,6 +76,7 @@ def test_run_writes_config_metrics_events_summary_and_checkpoint(tmp_path, data_
   floor = data.loss_floor(config.data, data.get_tokenizer(config.data), config.train.eval_split)
   assert on_disk["loss_floor"] == pytest.approx(floor["loss_floor"]) and floor["loss_floor"] > 0
   assert on_disk["loss_floor_exact"] is False
+  assert on_disk["loss_floor_z"] == 1.0  # no data.max_doc_tokens: nothing redrawn
   assert summary["final_eval_loss"] == pytest.approx(rows[3]["eval_loss"])
 
   config, model_config, params, tokenizer = checkpoint.load_for_inference(str(tmp_path))

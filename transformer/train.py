@@ -272,7 +272,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
       kind = "exact" if floor["exact"] else (f"a lower bound: rows of {config.data.seq_len} "
                                              f"cut {floor['cut_documents']} documents")
       log.info(f"loss floor of {config.data.name}/{config.train.eval_split}: "
-               f"{floor['loss_floor']:.4f} nats/token ({kind}; {floor['documents']} documents)")
+               f"{floor['loss_floor']:.4f} nats/token ({kind}; {floor['documents']} documents"
+               + ("" if floor["z"] == 1.0 else f"; documents redrawn above "
+                  f"{config.data.max_doc_tokens} tokens, Z = {floor['z']:.6f}") + ")")
 
   with sharding.activate(mesh):
     batch_sharding = sharding.batch_sharding(mesh)
@@ -364,6 +366,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
           "unigram_entropy": unigram,
           "loss_floor": None if floor is None else floor["loss_floor"],
           "loss_floor_exact": None if floor is None else floor["exact"],
+          "loss_floor_z": None if floor is None else floor["z"],
           "config": checkpoint.flatten(config.to_dict()),
       }
       log.summary(summary)
