@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from transformer import data
-from transformer.data import builders, grammar as g, grammar_floor as floor, pipeline
+from transformer.data import builders, grammar as g, grammar_floor as floor, pipeline, tokenizers
 
 
 class _Branch(Exception):
@@ -401,8 +401,10 @@ def test_max_doc_tokens_redraws_from_the_same_stream_and_names_its_own_directory
       pass
     assert g.document(random.Random(f"grammar/train/{i}"), (1, 1), 60) == text
   config = data.default_config()
+  default_model = tokenizers.sentencepiece_path(config, "cache")
   config.max_doc_tokens = 128
   assert builders.GrammarCorpus.config_from(config).name == "small-maxtokens128"
+  assert tokenizers.sentencepiece_path(config, "cache") != default_model  # its own tokenizer
   config.doc_sentences = "1,1"
   assert builders.GrammarCorpus.config_from(config).name == "small-sentences1-1-maxtokens128"
   config.max_doc_tokens = 5  # shorter than any document: redrawing would never end
