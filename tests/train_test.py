@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from helpers import tiny_run
+from transformer import data
 from transformer.training import checkpoint, sharding, tensorboard_events, loop
 
 pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
@@ -69,6 +70,11 @@ def test_run_writes_config_metrics_events_summary_and_checkpoint(tmp_path, data_
     assert key in on_disk, key
   assert on_disk["flops"] == on_disk["flops_per_token"] * on_disk["tokens"]
   assert on_disk["config"]["model.d_model"] == 64
+  # The default corpus' documents outrun 32-token rows, so its floor is only a lower bound.
+  floor = data.loss_floor(config.data, data.get_tokenizer(config.data), config.train.eval_split)
+  assert on_disk["loss_floor"] == pytest.approx(floor["loss_floor"]) and floor["loss_floor"] > 0
+  assert on_disk["loss_floor_exact"] is False
+  assert on_disk["loss_floor_z"] == 1.0  # no data.max_doc_tokens: nothing redrawn
   assert summary["final_eval_loss"] == pytest.approx(rows[3]["eval_loss"])
 
   config, model_config, params, tokenizer = checkpoint.load_for_inference(str(tmp_path))

@@ -10,6 +10,7 @@
 from transformer.data.algorithmic import TASKS
 from transformer.data.builders import BUILDERS, SIZES
 from transformer.data.grammar import AgreementProbe, SenseProbe, agreement_probes, sense_probes
+from transformer.data.grammar_floor import loss_floor
 from transformer.data.kv_retrieval import items as kv_items
 from transformer.data.featurize import OBJECTIVES, PROMPT_SEPARATOR
 from transformer.data.pipeline import (default_config, iterator_state, make_dataset,

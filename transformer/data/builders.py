@@ -41,6 +41,28 @@ def _size(data_config) -> tuple[int, int]:
   return SIZES[data_config.size]
 
 
+def doc_sentences(data_config) -> tuple[int, int]:
+  """data.doc_sentences "lo,hi" -> (lo, hi): grammar_corpus sentences per document."""
+  text = str(data_config.get("doc_sentences", "3,7"))
+  try:
+    lo, hi = (int(x) for x in text.split(","))
+  except ValueError:
+    lo = hi = 0
+  if not 1 <= lo <= hi:
+    raise ValueError(f"data.doc_sentences must be 'lo,hi' with 1 <= lo <= hi (e.g. '1,1'), "
+                     f"got {text!r}")
+  return lo, hi
+
+
+def max_doc_tokens(data_config) -> int:
+  """data.max_doc_tokens: grammar_corpus documents of more tokens (bytes + BOS + EOS) are
+  redrawn; 0 (the default) keeps every document."""
+  value = int(data_config.get("max_doc_tokens", 0) or 0)
+  if value < 0:
+    raise ValueError(f"data.max_doc_tokens must be >= 0 (0: off), got {value}")
+  return value
+
+
 def _rng(*parts) -> random.Random:
   # String seeds go through sha512 in `random`, so they are stable across runs and machines.
   return random.Random("/".join(map(str, parts)))
@@ -62,10 +84,15 @@ class SyntheticConfig(tfds.core.BuilderConfig):
   eval_min_length: int = 0
   eval_max_length: int = 0
   num_pairs: int = 0
+  min_sentences: int = grammar.DOC_SENTENCES[0]
+  max_sentences: int = grammar.DOC_SENTENCES[1]
+  max_doc_tokens: int = 0
 
 
 class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
-  """Documents from `grammar.document`; configs are the SIZES names."""
+  """Documents from `grammar.document`; configs are the SIZES names, plus
+  "<size>-sentences<lo>-<hi>" for a data.doc_sentences other than the default 3,7 and a
+  "-maxtokens<m>" suffix for data.max_doc_tokens=m (documents over m tokens redrawn)."""
 
   VERSION = tfds.core.Version("1.0.0")
   BUILDER_CONFIGS = [SyntheticConfig(name=n, num_train=t, num_eval=e)
@@ -73,13 +100,33 @@ class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
 
   @classmethod
   def config_from(cls, data_config):
-    _size(data_config)
-    return data_config.size
+    num_train, num_eval = _size(data_config)
+    lo, hi = doc_sentences(data_config)
+    cap = max_doc_tokens(data_config)
+    if (lo, hi) == grammar.DOC_SENTENCES and not cap:
+      return data_config.size  # the original directories and bytes
+    name = data_config.size
+    if (lo, hi) != grammar.DOC_SENTENCES:
+      name += f"-sentences{lo}-{hi}"
+    if cap:
+      from transformer.data import grammar_lengths  # pylint: disable=g-import-not-at-top
+      if grammar_lengths.fit_probability((lo, hi), cap) <= 0:
+        raise ValueError(f"data.max_doc_tokens={cap}: no data.doc_sentences={lo},{hi} document "
+                         f"is that short, so redrawing would never end; raise it")
+      name += f"-maxtokens{cap}"
+    return SyntheticConfig(name=name, num_train=num_train, num_eval=num_eval,
+                           min_sentences=lo, max_sentences=hi, max_doc_tokens=cap)
 
   def _info(self):
-    return tfds.core.DatasetInfo(
-        builder=self, features=_TEXT,
-        description="English-like documents from a probabilistic grammar (see grammar.py).")
+    description = "English-like documents from a probabilistic grammar (see grammar.py)."
+    c = self.builder_config
+    if c.max_doc_tokens:
+      from transformer.data import grammar_lengths  # pylint: disable=g-import-not-at-top
+      z = grammar_lengths.fit_probability((c.min_sentences, c.max_sentences), c.max_doc_tokens)
+      description += (f" {c.min_sentences}-{c.max_sentences} sentences per document, redrawn "
+                      f"above {c.max_doc_tokens} tokens (bytes + BOS + EOS): a fraction "
+                      f"Z = {z:.10f} of the generator's documents fit (exact).")
+    return tfds.core.DatasetInfo(builder=self, features=_TEXT, description=description)
 
   def _split_generators(self, dl_manager):
     c = self.builder_config
@@ -88,7 +135,9 @@ class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
 
   def _generate_examples(self, split, num):
     for i in range(num):
-      yield i, {"text": grammar.document(_rng("grammar", split, i))}
+      c = self.builder_config
+      yield i, {"text": grammar.document(_rng("grammar", split, i),
+                                         (c.min_sentences, c.max_sentences), c.max_doc_tokens)}
 
 
 class Algorithmic(tfds.core.GeneratorBasedBuilder):

@@ -63,6 +63,9 @@ _REAL_SENSES = (
                            ("coil mattress piston", "compressed elastic"))),
 )
 
+# Nouns the modifiers of a sentence's subject NP / a predicate's object NP may add.
+_SUBJECT_BUDGET = 4
+_OBJECT_BUDGET = 1
 _NUM_PSEUDO = {"noun": 1100, "verb_t": 250, "verb_i": 120, "adj": 550, "adv": 80}
 _NUM_PSEUDO_SENSES = 34
 _ZIPF_EXPONENT = 1.1
@@ -215,9 +218,10 @@ def _predicate(rng, number):
     tense = "present" if rng.random() < 0.6 else "past"
     return [_COPULA[tense][number], z["adj"](rng)]
   if r < 0.4:
-    return ["has" if number == "sg" else "have"] + _noun_phrase(rng, _number(rng), [1])
+    return ["has" if number == "sg" else "have"] + _noun_phrase(rng, _number(rng),
+                                                                [_OBJECT_BUDGET])
   if r < 0.75:
-    return [_verb(rng, "verb_t", number)] + _noun_phrase(rng, _number(rng), [1])
+    return [_verb(rng, "verb_t", number)] + _noun_phrase(rng, _number(rng), [_OBJECT_BUDGET])
   words = [_verb(rng, "verb_i", number)]
   return words + [z["adv"](rng)] if rng.random() < 0.4 else words
 
@@ -230,7 +234,7 @@ def _sentence(words):
 
 def sentence(rng: random.Random) -> str:
   number = _number(rng)
-  return _sentence(_noun_phrase(rng, number, [4]) + _predicate(rng, number))
+  return _sentence(_noun_phrase(rng, number, [_SUBJECT_BUDGET]) + _predicate(rng, number))
 
 
 def _cue_sentence(rng, cues):
@@ -249,11 +253,33 @@ def _sense_sentence(rng, sense, which):
   return _sentence(words + [_COPULA[tense][number], rng.choice(sense.predicates[which])])
 
 
-def document(rng: random.Random) -> str:
-  """A short document: 3-7 sentences; half of them carry a sense cue and its later use."""
-  n = rng.randint(3, 7)
+DOC_SENTENCES = (3, 7)  # the corpus' default sentences per document (data.doc_sentences)
+
+
+def document_tokens(text: str) -> int:
+  """The tokens a document is under the bytes tokenizer with the lm featurizer's BOS and EOS
+  (data.max_doc_tokens caps this; its lm features are one shorter)."""
+  return len(text.encode()) + 2
+
+
+def document(rng: random.Random, sentences_range: tuple[int, int] = DOC_SENTENCES,
+             max_tokens: int = 0) -> str:
+  """A short document of randint(*sentences_range) sentences (3-7 by default); half of those
+  with 2+ sentences carry a sense cue and its later use (a 1-sentence one has no room).
+
+  With max_tokens > 0, a document of more than max_tokens `document_tokens` is redrawn from
+  the same rng (rejection sampling: the result is the generator conditioned on fitting);
+  max_tokens=0 draws exactly what it always did."""
+  while True:
+    text = _document(rng, sentences_range)
+    if not max_tokens or document_tokens(text) <= max_tokens:
+      return text
+
+
+def _document(rng, sentences_range):
+  n = rng.randint(*sentences_range)
   sentences = [sentence(rng) for _ in range(n)]
-  if rng.random() < 0.5:
+  if n >= 2 and rng.random() < 0.5:
     sense = rng.choice(lexicon().senses)
     which = rng.randrange(2)
     cue_at = rng.randrange(n - 1)

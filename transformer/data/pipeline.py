@@ -20,6 +20,8 @@ import numpy as np
 
 from transformer.data import builders
 from transformer.data import featurize
+from transformer.data import grammar
+from transformer.data import grammar_lengths
 from transformer.data import sources
 from transformer.data import tokenizers
 
@@ -38,6 +40,10 @@ def default_config() -> ml_collections.ConfigDict:
                                # documents packed in it (GPT-2 / Press et al. style streams)
       data_dir="",             # '' -> $TFDS_DATA_DIR -> ~/tensorflow_datasets
       size="small",            # synthetic datasets: see builders.SIZES
+      doc_sentences="3,7",     # grammar_corpus: "lo,hi" sentences per document; other than
+                               # 3,7, validate refuses a seq_len that could cut a document
+      max_doc_tokens=0,        # grammar_corpus: redraw documents of more tokens (bytes +
+                               # BOS + EOS) than this; 0 = off. <= seq_len: no row cuts one
       task="copy",             # algorithmic: copy | reverse | sort | addition
       min_length=1,            # algorithmic: train/validation/test lengths
       max_length=16,
@@ -79,6 +85,7 @@ def validate(data_config, objective: str | None = None,
       raise ValueError(f"objective {objective!r} needs an inputs/targets dataset {seq2seq}, "
                        f"got {data_config.name!r}")
   sources.check(data_config)
+  _check_whole_documents(data_config, objective)
   if objective is not None and featurize.get_objective(objective).needs_seq2seq and (
       data_config.tokenizer == "bytes"):
     for split in splits:
@@ -87,6 +94,28 @@ def validate(data_config, objective: str | None = None,
         raise ValueError(f"split {split!r} of {data_config.name!r} has examples of "
                          f"{longest + 1} tokens but data.seq_len={data_config.seq_len}; raise "
                          f"data.seq_len to at least {longest + 1}")
+
+
+def _check_whole_documents(data_config, objective) -> None:
+  # A grammar_corpus with a chosen doc_sentences promises whole documents per row (the loss
+  # floor is exact only then); the default 3,7 corpus keeps its cut rows. Bytes tokenizer
+  # only: other tokenizers' lengths are not known from the grammar.
+  if data_config.name != "grammar_corpus" or data_config.tokenizer != "bytes":
+    return
+  sentences = builders.doc_sentences(data_config)
+  cap = builders.max_doc_tokens(data_config)
+  if (sentences == grammar.DOC_SENTENCES and not cap) or objective not in (None, "lm", "mlm"):
+    return
+  longest = grammar_lengths.max_document_tokens(sentences)
+  if cap:
+    longest = min(longest, cap)
+  # lm features drop one of BOS/EOS; mlm (and an unnamed objective) keeps both.
+  needed = longest - (1 if objective == "lm" else 0)
+  if needed > data_config.seq_len:
+    raise ValueError(f"data.doc_sentences={data_config.doc_sentences} documents can need "
+                     f"{needed} positions but data.seq_len={data_config.seq_len}, so a row "
+                     f"could cut one; raise data.seq_len to at least {needed}, or set "
+                     f"data.max_doc_tokens (at most data.seq_len) to redraw longer documents")
 
 
 @dataclasses.dataclass(frozen=True)

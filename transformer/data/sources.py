@@ -144,11 +144,21 @@ def check(data_config) -> None:
 
 
 def describe(data_config) -> str:
-  """The dataset's description (python_stdlib: Python version and content hash)."""
+  """The dataset's description (python_stdlib: Python version and content hash;
+  grammar_corpus with the bytes tokenizer: also its loss floor on the validation split,
+  which builds the data if it is not built yet)."""
   if data_config.name not in builders.BUILDERS:
     return _catalog_builder(data_config, data_dir(data_config)).info.description
   cls = builders.BUILDERS[data_config.name]
-  return cls(data_dir=data_dir(data_config), config=cls.config_from(data_config)).info.description
+  text = cls(data_dir=data_dir(data_config), config=cls.config_from(data_config)).info.description
+  if data_config.name == "grammar_corpus" and data_config.tokenizer == "bytes":
+    from transformer.data import grammar_floor, tokenizers  # pylint: disable=g-import-not-at-top
+    floor = grammar_floor.loss_floor(data_config, tokenizers.get_tokenizer(data_config))
+    kind = "exact" if floor["exact"] else (f"a lower bound: rows of data.seq_len="
+                                           f"{data_config.seq_len} cut {floor['cut_documents']}")
+    text += (f" Loss floor (validation, {floor['documents']} documents, {floor['tokens']} "
+             f"predicted tokens): {floor['loss_floor']:.6f} nats/token ({kind}).")
+  return text
 
 
 def record_texts(record: dict[str, str]) -> list[str]:

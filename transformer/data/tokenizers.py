@@ -13,6 +13,8 @@ import tempfile
 import numpy as np
 import sentencepiece as spm
 
+from transformer.data import builders
+from transformer.data import grammar
 from transformer.data import sources
 
 PAD_ID, BOS_ID, EOS_ID, MASK_ID = 0, 1, 2, 3
@@ -116,6 +118,11 @@ def sentencepiece_path(data_config, cache_dir: str) -> str:
   key = "|".join(str(data_config.get(k)) for k in ("name", "size", "task", "min_length",
                                                     "max_length", "num_pairs", "path",
                                                     "text_key", "tokenizer_train_chars"))
+  if data_config.name == "grammar_corpus" and (
+      builders.doc_sentences(data_config) != grammar.DOC_SENTENCES):
+    key += f"|doc_sentences={data_config.doc_sentences}"  # the default keeps its old name
+  if data_config.name == "grammar_corpus" and builders.max_doc_tokens(data_config):
+    key += f"|max_doc_tokens={builders.max_doc_tokens(data_config)}"
   digest = hashlib.sha256(key.encode()).hexdigest()[:10]
   return os.path.join(cache_dir, f"sentencepiece-{data_config.name}-{data_config.vocab_size}"
                                  f"-{digest}.model")

@@ -214,12 +214,21 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
            f"non-embedding), mesh {dict(mesh.shape)}, {tokens_per_step:,} tokens/step")
   # The loss of a model that learned token frequencies and nothing else: the bar an LM's
   # eval loss must clear to show it uses context.
-  unigram = None
+  unigram = floor = None
   if config.objective.name == "lm":
     unigram = data.unigram_entropy(config.data, tokenizer, config.train.eval_split,
                                    max_records=2000)
     log.info(f"unigram entropy of {config.data.name}/{config.train.eval_split}: "
              f"{unigram:.4f} nats/token")
+    # A perfect model's loss (grammar_corpus, bytes tokenizer): the E of a scaling fit.
+    floor = data.loss_floor(config.data, tokenizer, config.train.eval_split)
+    if floor is not None:
+      kind = "exact" if floor["exact"] else (f"a lower bound: rows of {config.data.seq_len} "
+                                             f"cut {floor['cut_documents']} documents")
+      log.info(f"loss floor of {config.data.name}/{config.train.eval_split}: "
+               f"{floor['loss_floor']:.4f} nats/token ({kind}; {floor['documents']} documents"
+               + ("" if floor["z"] == 1.0 else f"; documents redrawn above "
+                  f"{config.data.max_doc_tokens} tokens, Z = {floor['z']:.6f}") + ")")
 
   start_step = int(state["step"])
   stop = preemption.StopSignal()
@@ -300,10 +309,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         "step": step,
         "compile_time_s": compile_time_s,
         "unigram_entropy": unigram,
+        "loss_floor": None if floor is None else floor["loss_floor"],
+        "loss_floor_exact": None if floor is None else floor["exact"],
+        "loss_floor_z": None if floor is None else floor["z"],
         "config": checkpoint.flatten(config.to_dict()),
     }
     log.summary(summary)
-    versus = "" if unigram is None else f" (unigram entropy {unigram:.4f})"
+    versus = "" if unigram is None else f" (unigram entropy {unigram:.4f}" + (
+        ")" if floor is None else f", loss floor {floor['loss_floor']:.4f})")
     log.info(f"done: eval loss {last_eval:.4f}{versus} after {step} steps")
     return summary
   finally:
