@@ -15,6 +15,7 @@ Language models are reused from an extrapolation run (experiment.lm_workdir) or 
 everything is resumable like the extrapolation experiment.
 """
 
+import functools
 import os
 import time
 
@@ -26,6 +27,7 @@ from experiments.extrapolation.run import check_schemes, train_schemes
 from experiments import results as experiment_results
 from experiments.probes import heads, plots
 from transformer import checkpoint, cli, data, train
+from transformer.data import grammar
 from transformer.scoring import Scorer
 
 FLAGS = flags.FLAGS  # --config / --workdir: transformer.train's flags
@@ -37,12 +39,55 @@ def _load(run_dir):
   return model_config, params, tokenizer
 
 
-def agreement(scorer, tokenizer, exp) -> dict:
-  """Accuracy of preferring the agreeing verb, by attractors and by distance. Items longer
-  than the model can position (a learned table) are left out and counted."""
-  by_attractors, by_distance, evaluated = {}, {}, {}
-  fits = lambda it: 2 + len(tokenizer.encode(f"{it.prefix} {it.correct} {it.wrong}")) <= (
-      scorer.config.max_len)
+# What the grammar can produce right after a verb: " " before the next word (an adjective
+# after a copula, a noun phrase after "has"/"have" or a transitive verb, an adverb after an
+# intransitive one) or "." when an intransitive verb ends the sentence. No word continues
+# into letters, so the probability of a verb as a complete word is the sum over these two.
+WORD_BOUNDARIES = (" ", ".")
+
+
+def word_logprobs(scorer, tokenizer, prefixes, words, boundaries=WORD_BOUNDARIES):
+  """log P(" " + word as a complete word | prefix): log-sum-exp over the boundaries that may
+  follow it. With boundaries=("",) it is the pre-fix scoring, which compares " sleep" with
+  " sleeps" although " sleep" is a prefix of " sleeps" (so it never loses to it)."""
+  per_boundary = [scorer.continuation_scores(tokenizer, prefixes,
+                                             [" " + w + b for w in words])[0]
+                  for b in boundaries]
+  return np.logaddexp.reduce(np.stack(per_boundary), axis=0)
+
+
+def agreement_correct(scorer, tokenizer, items, boundaries=WORD_BOUNDARIES) -> np.ndarray:
+  """Per item: does the agreeing verb, as a complete word, beat the other form? Ties
+  (a model indifferent between them) count as wrong."""
+  prefixes = [it.prefix for it in items]
+  good = word_logprobs(scorer, tokenizer, prefixes, [it.correct for it in items], boundaries)
+  bad = word_logprobs(scorer, tokenizer, prefixes, [it.wrong for it in items], boundaries)
+  return good > bad
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
+  """Wilson score interval of a binomial proportion (95% by default)."""
+  if n == 0:
+    return [float("nan"), float("nan")]
+  p = successes / n
+  centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+  half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+  return [float(centre - half), float(centre + half)]
+
+
+def _proportion(values) -> dict:
+  values = [bool(v) for v in values]
+  return {"accuracy": float(np.mean(values)) if values else None, "n": len(values),
+          "wilson95": wilson(sum(values), len(values))}
+
+
+def agreement(scorer, tokenizer, exp, max_len: int | None = None) -> dict:
+  """Accuracy of preferring the agreeing verb (complete words), by attractors, by distance
+  and by verb kind, each with its item count and Wilson interval. Items longer than the
+  model can position (a learned table) are left out and counted."""
+  max_len = scorer.config.max_len if max_len is None else max_len
+  fits = lambda it: 2 + len(tokenizer.encode(f"{it.prefix} {it.correct} {it.wrong}.")) <= max_len
+  by_attractors, by_distance, by_kind, by_head, evaluated = {}, {}, {}, {}, {}
   for k in range(5):
     items = [it for it in data.agreement_probes(exp.agreement_items, k, seed=exp.seed)
              if fits(it)]
@@ -50,16 +95,41 @@ def agreement(scorer, tokenizer, exp) -> dict:
     if not items:
       by_attractors[k] = None
       continue
-    prefixes = [it.prefix for it in items]
-    good, _ = scorer.continuation_scores(tokenizer, prefixes, [" " + it.correct for it in items])
-    bad, _ = scorer.continuation_scores(tokenizer, prefixes, [" " + it.wrong for it in items])
-    right = good > bad
-    by_attractors[k] = float(right.mean())
+    right = agreement_correct(scorer, tokenizer, items)
+    by_attractors[k] = _proportion(right)
     for it, r in zip(items, right):
-      by_distance.setdefault(it.distance, []).append(bool(r))
+      by_distance.setdefault(it.distance, []).append(r)
+      by_kind.setdefault(verb_kind(it), []).append(r)
+      by_head.setdefault(head_number(it), []).append(r)
   return {"by_attractors": by_attractors,
-          "by_distance": {d: float(np.mean(v)) for d, v in sorted(by_distance.items())},
-          "items_evaluated": evaluated}
+          "by_distance": {d: _proportion(v) for d, v in sorted(by_distance.items())},
+          "by_verb_kind": {k: _proportion(v) for k, v in sorted(by_kind.items())},
+          "by_head_number": {k: _proportion(v) for k, v in sorted(by_head.items())},
+          "items_evaluated": evaluated,
+          "scoring": "complete words: log-sum-exp over the boundaries " + repr(WORD_BOUNDARIES)}
+
+
+@functools.cache
+def _verb_kinds() -> dict:
+  """(singular form, plural form) -> the verb's kind in the grammar."""
+  lex = grammar.lexicon()
+  kinds = {("is", "are"): "copula", ("was", "were"): "copula", ("has", "have"): "has/have"}
+  kinds.update({pair: "transitive" for pair in lex.verbs_t})
+  kinds.update({pair: "intransitive" for pair in lex.verbs_i})
+  return kinds
+
+
+def head_number(item) -> str:
+  return "sg" if (item.correct, item.wrong) in _verb_kinds() else "pl"
+
+
+def verb_kind(item) -> str:
+  """copula, has/have, transitive or intransitive, marked when one form is a prefix of the
+  other (the items the pre-fix scoring could not get right for singular heads)."""
+  pair = (item.correct, item.wrong)
+  kind = _verb_kinds().get(pair) or _verb_kinds()[pair[::-1]]
+  prefix = item.correct.startswith(item.wrong) or item.wrong.startswith(item.correct)
+  return kind + (" (prefix forms)" if prefix else "")
 
 
 def retrieval(scorer, tokenizer, exp, max_len: int) -> dict:
