@@ -37,7 +37,9 @@ def get_config(arg: str | None = None):
       kv_positions=8 if not tiny else 3,
       kv_items=100 if not tiny else 4,
       map_scheme="rope",
-      map_sentence="The keys to the cabinet are lost so I can't open it",
+      # Every word is the grammar's (tests/attention_maps_test.py checks it): a subject with
+      # two attractors of the other number, then its verb.
+      map_sentence="The keys to the cabinet beside the door are missing.",
       map_layer=-1,
       census_items=100 if not tiny else 2,
   ))
