@@ -78,7 +78,7 @@ def noun_roles(item) -> list[tuple[int, str, str]]:
 
 
 def census(model, params, tokenizer, num_items: int, seed: int,
-           attractors=(1, 2, 3)) -> dict:
+           attractors=(1, 2, 3), max_len: int | None = None) -> dict:
   """Per layer and head ([layers, heads] arrays):
     previous_token: mean weight on the previous token (every position of the sentence);
     first_token_sink: mean weight on BOS (positions >= 4);
@@ -91,6 +91,9 @@ def census(model, params, tokenizer, num_items: int, seed: int,
   for k in attractors:
     for item in data.agreement_probes(num_items, k, seed=seed):
       text = f"{item.prefix} {item.correct}"
+      if max_len is not None and 1 + len(tokenizer.encode(text)) > max_len:
+        add("skipped_too_long", 1)  # a learned table cannot position it
+        continue
       spans = word_spans(tokenizer, text)
       W = np.stack(_weights(model, params, tokenizer, text))  # [layers, N, L, L]
       L = W.shape[-1]
@@ -111,13 +114,17 @@ def census(model, params, tokenizer, num_items: int, seed: int,
         add("same_number", np.sum(same, 0))
       add("subject_minus_attractor", head - attr[-1])
       add(f"subject_minus_attractor_{roles[0][2]}", head - attr[-1])
+  counts = {name: len(v) for name, v in acc.items()}
+  acc.pop("skipped_too_long", None)
   out = {name: np.mean(v, 0) for name, v in acc.items()}
-  out["items"] = {name: len(v) for name, v in acc.items()}
+  out["items"] = counts
   return out
 
 
 def notable_heads(stats: dict) -> list[dict]:
   notable = []
+  if "previous_token" not in stats:  # no item fitted the model
+    return notable
   for name, threshold, label in [("previous_token", 0.5, "previous-token head"),
                                  ("first_token_sink", 0.5, "attention sink on the first token")]:
     for li, h in zip(*np.nonzero(stats[name] > threshold)):
@@ -134,7 +141,8 @@ def notable_heads(stats: dict) -> list[dict]:
 
 def census_summary(model_config, params, tokenizer, exp) -> dict:
   model = models.make_model(model_config)
-  stats = census(model, params, tokenizer, exp.census_items, exp.seed)
+  stats = census(model, params, tokenizer, exp.census_items, exp.seed,
+                 max_len=model_config.max_len)
   items = stats.pop("items")
   return {"census": {k: v.round(4).tolist() for k, v in stats.items()},
           "census_items": items, "notable_heads": notable_heads(stats)}
