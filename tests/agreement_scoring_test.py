@@ -69,3 +69,32 @@ def test_verb_kinds_cover_every_probe_item():
   kinds = {probes.verb_kind(it) for k in range(5) for it in data.agreement_probes(200, k)}
   assert {"copula", "has/have", "intransitive (prefix forms)",
           "transitive (prefix forms)"} <= kinds
+
+
+def test_u_test_needs_each_end_above_the_middle_by_two_standard_errors():
+  n = 500
+  u = probes.u_test({0: (450, n), 1: (300, n), 2: (250, n), 3: (300, n), 4: (440, n)})
+  assert u["u_shaped"] and u["middle_positions"] == [2]
+  lo, hi = u["ends_minus_middle_ci95"]
+  assert lo < u["ends_minus_middle"] < hi and lo > 0
+  # Primacy only: the pooled ends beat the middle, but the last position does not.
+  assert not probes.u_test({0: (450, n), 1: (300, n), 2: (250, n), 3: (250, n),
+                            4: (255, n)})["u_shaped"]
+  flat = probes.u_test({p: (500, n) for p in range(5)})
+  assert flat["u_shaped"] is False
+
+
+def test_scheme_overrides_are_applied_and_bad_ones_refused():
+  from configs import extrapolation as config_module
+  from experiments.extrapolation import run as extrapolation
+  config = config_module.get_config("tiny=true")
+  config.experiment.overrides.rope = "opt.lr=3e-4;train.steps=7"
+  cfg = extrapolation.scheme_config(config, "rope", seed=2)
+  assert (cfg.opt.lr, cfg.train.steps, cfg.train.seed) == (3e-4, 7, 2)
+  assert extrapolation.scheme_config(config, "sinusoidal").model.scale_embeddings
+  config.experiment.overrides.rope = "opt.nonexistent=1"
+  with pytest.raises(ValueError, match="experiment.overrides.rope"):
+    extrapolation.scheme_config(config, "rope")
+  config.experiment.overrides.rope = "opt.lr"
+  with pytest.raises(ValueError, match="key=value"):
+    extrapolation.scheme_config(config, "rope")
