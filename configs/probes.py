@@ -4,12 +4,14 @@ r"""Probes of trained decoders (agreement with attractors, lost in the middle, a
         --workdir experiments/probes/results/grammar_corpus \
         --config.experiment.lm_workdir=experiments/extrapolation/results/grammar_corpus
 
-The language models are the extrapolation experiment's (same config; reused when
+The language models are the extrapolation experiment's (same config and seeds; reused when
 experiment.lm_workdir points at a finished or partial extrapolation workdir, trained here
-otherwise). The retrieval models are decoders trained on kv_retrieval with kv_train_pairs
-pairs per item and evaluated with fewer, as many and twice as many pairs.
+otherwise). The retrieval models are decoders trained on kv_retrieval items of kv_min_pairs
+to kv_train_pairs pairs and evaluated within and beyond that (experiments/probes/README.md).
 Arguments: those of configs/extrapolation.py.
 """
+
+import ml_collections
 
 from configs import extrapolation
 
@@ -20,25 +22,42 @@ def get_config(arg: str | None = None):
   config.experiment.update(dict(
       lm_workdir="",
       seed=0,
-      agreement_items=200 if not tiny else 8,
-      # Trained on 4 pairs per item (several items packed per row, so every row carries
-      # several supervised answers): with 16 pairs and lr 3e-3 the size-s decoder stayed at
-      # chance on the answer digits after 1150 steps, with 4 pairs and lr 1e-3 it left chance
-      # within 200 steps. 8 and 16 pairs are 2x and 4x the training context.
-      kv_train_pairs=4,
-      kv_eval_pairs="2,4,8,16" if not tiny else "2,4,8",
+      # Items per number of attractors (0..4), per seed: >= 500 so a Wilson interval at 0.95
+      # is about +-0.02.
+      agreement_items=500 if not tiny else 8,
+      # Retrieval (lost in the middle, Liu et al. 2023): every item has between kv_min_pairs
+      # and kv_train_pairs pairs (uniform), so the model sees the query at every position of
+      # every context size up to the training one (32 pairs: ~330 byte tokens). Evaluated at
+      # 8, 16, 32 pairs (within) and 48, 64 (beyond the training context), kv_items items at
+      # each of kv_positions evenly spaced queried positions.
+      kv_train_pairs=32 if not tiny else 4,
+      kv_min_pairs=2,
+      kv_eval_pairs="8,16,32,48,64" if not tiny else "2,4,8",
       kv_lr=1e-3,
-      kv_seq_len=192 if not tiny else 64,
-      kv_max_len=384 if not tiny else 128,
-      # Retrieval models cost most of the budget: two schemes, the relative ones most
-      # likely to extrapolate (the CI variant covers every scheme).
-      kv_schemes="rope,alibi" if not tiny else "rope,learned",
+      kv_warmup_steps=200 if not tiny else 1,
+      # Rows of 512 tokens hold one to several items (the longest is ~340 tokens); models
+      # position up to kv_max_len so 64-pair items (~660 tokens) fit all but `learned`.
+      kv_seq_len=512 if not tiny else 64,
+      kv_max_len=1024 if not tiny else 128,
+      kv_schemes=("none,sinusoidal,learned,rope,alibi,t5_bias" if not tiny
+                  else "rope,learned"),
+      # One seed per retrieval model (the budget); the positions' intervals are binomial.
+      kv_seeds="0",
       kv_steps=1500 if not tiny else config.train.steps,
+      # Per scheme, "key=value;..." over the retrieval config (opt.lr, opt.warmup_steps,
+      # train.steps): the knobs to bring a scheme that stays below the criterion to it
+      # (RoPE stayed at 0.21 at its training length in the earlier run).
+      kv_overrides=ml_collections.ConfigDict({name: "" for name in extrapolation.SCHEME_NAMES}
+                                             | {"sinusoidal": "model.scale_embeddings=True"}),
+      # The stated criterion: mean exact-match accuracy over positions at kv_train_pairs.
+      # Schemes below it are training failures, reported but not compared.
+      kv_criterion=0.9,
       kv_positions=8 if not tiny else 3,
-      kv_items=100 if not tiny else 4,
+      kv_items=500 if not tiny else 4,
       map_scheme="rope",
-      map_sentence="The keys to the cabinet are lost so I can't open it",
-      map_layer=-1,
-      census_items=100 if not tiny else 2,
+      # Every word is the grammar's (tests/attention_maps_test.py checks it): a subject with
+      # two attractors of the other number, then its verb.
+      map_sentence="The keys to the cabinet beside the door are missing.",
+      census_items=200 if not tiny else 2,
   ))
   return config

@@ -57,7 +57,11 @@ def write(results: dict, workdir: str, start: float, write_plots, experiment: st
 
 def footer(results: dict) -> str:
   """Markdown lines that tie a table to how it was made."""
-  trained = sum(s.get("wall_time_s", 0) for s in results.get("train_summaries", {}).values())
+  trained = 0.0
+  for s in results.get("train_summaries", {}).values():
+    # {scheme: summary} or, with seeds, {scheme: {seed: summary}}
+    runs = s.values() if s and all(isinstance(v, dict) for v in s.values()) else [s]
+    trained += sum(r.get("wall_time_s") or 0 for r in runs)
   lines = ["", f"Command: `{results.get('command', '?')}`  ",
            f"Machine: {results.get('machine', '?')}  ",
            f"Wall time of the run that wrote this: {results.get('wall_time_s', 0) / 60:.1f} min"

@@ -34,3 +34,45 @@ def test_plot_heads_writes_a_png(tmp_path):
   path = attention_maps.plot_heads(w, words, str(tmp_path / "heads.png"), title="layer 0")
   with open(path, "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def _tiny_decoder():
+  from transformer.data import tokenizers
+  cfg = model_config(vocab_size=260, d_model=32, num_layers=2, num_heads=2, d_ff=64,
+                     attention="dense")
+  model = models.make_model(cfg)
+  params = model.init(jax.random.key(0), *models.dummy_inputs(cfg))["params"]
+  return cfg, model, params, tokenizers.BytesTokenizer()
+
+
+def test_word_rows_sum_to_one_and_spans_cover_every_token():
+  from experiments.probes import heads
+  cfg, model, params, tok = _tiny_decoder()
+  sentence = "The keys to the cabinet beside the doors are missing."
+  spans = heads.word_spans(tok, sentence)
+  covered = [i for _, a, b in spans for i in range(a, b)]
+  assert covered == list(range(1, 1 + len(tok.encode(sentence))))
+  for w in heads._weights(model, params, tok, sentence):
+    m = heads.word_matrix(w, spans)
+    assert m.shape == (2, len(spans), 1 + len(spans))
+    np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-5)
+
+
+def test_the_map_sentence_is_made_of_grammar_words():
+  from configs import probes as probes_config
+  from transformer.data import grammar
+  sentence = probes_config.get_config().experiment.map_sentence
+  words = [w.strip(".").lower() for w in sentence.split(" ")]
+  assert set(words) <= grammar.lexicon().word_types()
+
+
+def test_census_reads_the_verb_and_labels_nouns():
+  from experiments.probes import heads
+  from transformer import data
+  cfg, model, params, tok = _tiny_decoder()
+  stats = heads.census(model, params, tok, num_items=3, seed=0, attractors=(2,))
+  for name in ("head_noun", "nearest_attractor", "attractors", "subject_minus_attractor"):
+    assert stats[name].shape == (2, 2)
+  item = data.agreement_probes(1, 2, seed=0)[0]
+  roles = heads.noun_roles(item)
+  assert roles[0][1] == "head" and sum(r == "attractor" for _, r, _ in roles) == 2

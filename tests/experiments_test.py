@@ -14,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
+SCHEMES = ["none", "sinusoidal", "sinusoidal_unscaled", "learned", "rope", "alibi", "t5_bias"]
 TINY = "configs/extrapolation.py:tiny=true,steps=4"
 
 
@@ -52,16 +52,41 @@ def test_extrapolation_outputs(extrapolation):
   L = results["train_length"]
   assert results["eval_lengths"] == [L, 2 * L]
   assert set(results["loss"]) == set(SCHEMES) | {"rope+pi", "rope+yarn"}
-  for scheme, row in results["loss"].items():
-    for length, loss in row.items():
-      if scheme == "learned" and int(length) > L:
-        assert loss is None  # not applicable past the table, not a crash
-      else:
-        assert math.isfinite(loss) and 0 < loss < 10
+  for key in ("loss", "loss_sliding"):
+    for scheme, row in results[key].items():
+      for length, cell in row.items():
+        if scheme == "learned" and int(length) > L:
+          assert cell is None  # not applicable past the table, not a crash
+        else:
+          assert math.isfinite(cell["mean"]) and 0 < cell["mean"] < 10
+          lo, hi = cell["ci95_windows"]
+          assert lo <= cell["mean"] <= hi and cell["seeds"] == 1
   assert results["not_applicable"]["learned"] == [2 * L]
+  assert min(g["nats"] for g in results["gap_at_L"].values()) == 0
+  assert results["tokens_per_word"] > 1 and 0 < results["unigram_entropy"] < 6
+  assert all(r > 0 for r in results["tokens_per_parameter"].values())
   for name in ("results.md", "loss_vs_length.png", "loss_by_position.png"):
     assert (workdir / name).stat().st_size > 0
-  assert "not applicable" in (workdir / "results.md").read_text()
+  md = (workdir / "results.md").read_text()
+  assert "not applicable" in md and "gap at L" in md and "tokens per word" in md
+  # The main sinusoidal row scales the embeddings (Vaswani et al.), the ablation does not.
+  configs = {s: json.loads((workdir / "runs" / s / "seed0" / "config.json").read_text())
+             for s in ("sinusoidal", "sinusoidal_unscaled")}
+  assert configs["sinusoidal"]["model"]["scale_embeddings"] is True
+  assert configs["sinusoidal_unscaled"]["model"]["scale_embeddings"] is False
+  assert configs["sinusoidal_unscaled"]["model"]["position"]["name"] == "sinusoidal"
+
+
+def test_extrapolation_seeds_train_one_run_each_and_resume(extrapolation):
+  workdir = _copy_run(extrapolation, "seeds")  # seed 0 finished: skipped, seed 1 trained
+  results = _run("experiments.extrapolation.run", TINY, workdir,
+                 "--config.experiment.schemes=none", "--config.experiment.seeds=0,1")
+  _, fixture = extrapolation
+  assert (workdir / "runs" / "none" / "seed1" / "summary.json").exists()
+  cell = results["loss"]["none"][str(results["train_length"])]
+  assert cell["seeds"] == 2 and cell["sd"] > 0
+  assert cell["per_seed"][0] == pytest.approx(
+      fixture["loss"]["none"][str(results["train_length"])]["mean"], abs=1e-5)
 
 
 def test_probes_outputs(extrapolation, tmp_path):
@@ -70,18 +95,25 @@ def test_probes_outputs(extrapolation, tmp_path):
                  tmp_path / "probes", f"--config.experiment.lm_workdir={lm_workdir}")
   assert set(results["agreement"]) == set(SCHEMES)
   assert set(results["retrieval"]) == {"rope", "learned"}
-  for r in results["agreement"].values():
-    accs = [a for a in r["by_attractors"].values() if a is not None]
-    assert accs and all(0 <= a <= 1 for a in accs)
-  for scheme, by_n in results["retrieval"].items():
-    assert set(by_n) == {"2", "4", "8"}
-    for row in by_n.values():
-      for acc in row.get("accuracy_by_position", {}).values():
-        assert 0 <= acc <= 1
+  for by_seed in results["agreement"].values():
+    for r in by_seed.values():
+      cells = [c for c in r["by_attractors"].values() if c is not None]
+      assert cells and all(0 <= c["accuracy"] <= 1 for c in cells)
+      assert all(c["wilson95"][0] <= c["accuracy"] <= c["wilson95"][1] for c in cells)
+  for scheme, by_seed in results["retrieval"].items():
+    for by_n in by_seed.values():
+      assert set(by_n) == {"2", "4", "8"}
+      for row in by_n.values():
+        for cell in row.get("accuracy_by_position", {}).values():
+          assert 0 <= cell["accuracy"] <= 1 and cell["n"] == 4
+  assert set(results["census"]) == set(SCHEMES)
+  census = results["census"]["rope"]["census"]
+  assert all(0 <= w <= 1 for layer in census["previous_token"] for w in layer)
+  assert {"head_noun", "nearest_attractor", "subject_minus_attractor"} <= set(census)
   maps = results["attention_maps"]
   assert maps["pngs"] and all((tmp_path / "probes" / p).exists() for p in maps["pngs"])
-  census = maps["census"]["previous_token"]
-  assert all(0 <= w <= 1 for layer in census for w in layer)
+  assert maps["max_row_sum_error"] < 1e-4
+  assert "init_from" in results["lm_then_retrieval"]
   for name in ("agreement.png", "retrieval.png", "results.md"):
     assert (tmp_path / "probes" / name).stat().st_size > 0
 
@@ -91,7 +123,7 @@ def _copy_run(extrapolation, name, scheme="none"):
   the fixture's finished runs, so a test can re-run on it without touching the fixture."""
   workdir, _ = extrapolation
   copy = workdir.parent / name
-  shutil.copytree(workdir / "runs" / scheme, copy / "runs" / scheme)
+  shutil.copytree(workdir / "runs" / scheme / "seed0", copy / "runs" / scheme / "seed0")
   return copy
 
 

@@ -1,10 +1,21 @@
 """Attention maps of a trained decoder, word by word, and an automatic census of heads.
 
-Tokens may be bytes or pieces; words are recovered from character offsets, a word's row is
-its last token (the position that predicts what follows it) and a word's column sums the
-weight given to all of its tokens.
+Tokens may be bytes or pieces. Words are recovered from character offsets; every token
+belongs to exactly one word (the space before a word is that word's, as in a piece
+tokenizer's "▁word"), and BOS is its own column, so the key columns partition the sequence.
+A word's row is the mean of its tokens' rows: each token row is a distribution over the keys
+before it, a mean of distributions is one, so word rows still sum to 1 (a sum over the query
+tokens would weigh a word by its length instead).
+
+The census reads attention where the model decides the verb's number: the probe prefix is
+fed with the agreeing verb after it (teacher-forced) and the query is the verb's first
+token. Keys of the verb's own word are left out of every measure, and the nouns before it
+are labelled by role and number (head noun, attractors = nouns of the other number,
+same-number nouns), so a head that only looks at the last word does not pass as one that
+finds the subject.
 """
 
+import functools
 import os
 
 import numpy as np
@@ -12,14 +23,16 @@ import numpy as np
 from transformer import data
 from transformer.analysis import attention_maps
 from transformer.model import models
+from transformer.data import grammar
 
 
-def _word_spans(tokenizer, text: str):
-  """[(word, first_token, end_token)] in the sequence BOS + encode(text)."""
+def word_spans(tokenizer, text: str):
+  """[(word, first_token, end_token)] in the sequence BOS + encode(text); the spans (from 1)
+  cover every token once: a word's span starts at the space before it."""
   spans, start = [], 0
-  for word in text.split(" "):
+  for i, word in enumerate(text.split(" ")):
     end = start + len(word)
-    a = 1 + len(tokenizer.encode(text[:start]))
+    a = 1 + len(tokenizer.encode(text[:max(start - 1, 0)])) if i else 1
     b = 1 + len(tokenizer.encode(text[:end]))
     spans.append((word, a, b))
     start = end + 1
@@ -34,51 +47,86 @@ def _weights(model, params, tokenizer, text: str):
 
 
 def word_matrix(weights_NLL, spans):
-  """[N, words, 1 + words]: column 0 is the BOS token."""
+  """[N, words, 1 + words]: column 0 is BOS, column 1 + j sums the keys of word j, row i
+  averages the query tokens of word i. Rows sum to 1 when the spans cover the sequence."""
   rows = []
-  for _, _, end in spans:
-    q = weights_NLL[:, end - 1]
+  for _, qa, qb in spans:
+    q = weights_NLL[:, qa:qb].mean(1)  # [N, L]
     cols = [q[:, 0]] + [q[:, a:b].sum(-1) for _, a, b in spans]
     rows.append(np.stack(cols, -1))
   return np.stack(rows, 1)
 
 
-def census(model, params, tokenizer, num_items: int, seed: int) -> dict:
-  """Per layer and head: previous-token weight, first-token (sink) weight, and how much
-  more the position before a verb attends to its subject than to the nearest attractor."""
-  prev, sink, subject = [], [], []
-  for k in (1, 2):
+@functools.cache
+def _noun_numbers() -> dict:
+  out = {}
+  for sg, pl in grammar.lexicon().nouns:
+    out[sg], out[pl] = "sg", "pl"
+  return out
+
+
+def noun_roles(item) -> list[tuple[int, str, str]]:
+  """[(word index, role, number)] of the nouns in an agreement prefix: "head" (the
+  subject), "attractor" (the other number) or "same_number" (an inserted noun of the head's
+  number). agreement_probes builds "the N (prep the N)*", so nouns are words 1, 4, 7, ..."""
+  words = item.prefix.split(" ")
+  numbers = _noun_numbers()
+  out = []
+  for i in range(1, len(words), 3):
+    number = numbers[words[i]]
+    role = "head" if i == 1 else ("attractor" if number != numbers[words[1]] else "same_number")
+    out.append((i, role, number))
+  return out
+
+
+def census(model, params, tokenizer, num_items: int, seed: int,
+           attractors=(1, 2, 3), max_len: int | None = None) -> dict:
+  """Per layer and head ([layers, heads] arrays):
+    previous_token: mean weight on the previous token (every position of the sentence);
+    first_token_sink: mean weight on BOS (positions >= 4);
+    and at the verb's first token, keys of the verb's own word excluded:
+    head_noun, nearest_attractor, attractors (all of them), same_number: the weight on those
+    nouns' words; subject_minus_attractor = head_noun - nearest_attractor; and the same
+    difference split by the head noun's number (subject_minus_attractor_sg / _pl)."""
+  acc = {}
+  add = lambda name, v: acc.setdefault(name, []).append(v)
+  for k in attractors:
     for item in data.agreement_probes(num_items, k, seed=seed):
-      spans = _word_spans(tokenizer, item.prefix)
-      layers = _weights(model, params, tokenizer, item.prefix)
-      W = np.stack(layers)  # [layers, N, L, L]
+      text = f"{item.prefix} {item.correct}"
+      if max_len is not None and 1 + len(tokenizer.encode(text)) > max_len:
+        add("skipped_too_long", 1)  # a learned table cannot position it
+        continue
+      spans = word_spans(tokenizer, text)
+      W = np.stack(_weights(model, params, tokenizer, text))  # [layers, N, L, L]
       L = W.shape[-1]
-      prev.append(np.mean([W[:, :, i, i - 1] for i in range(1, L)], axis=0))
-      sink.append(np.mean([W[:, :, i, 0] for i in range(4, L)], axis=0))
-      _, ha, hb = spans[1]  # "The <subject> ..."
-      _, aa, ab = spans[-1]  # the prefix ends with the nearest attractor noun
-      last = W[:, :, L - 1]
-      subject.append(last[..., ha:hb].sum(-1) - last[..., aa:ab].sum(-1))
-  return {"previous_token": np.mean(prev, 0), "first_token_sink": np.mean(sink, 0),
-          "subject_minus_attractor": np.mean(subject, 0)}
+      add("previous_token", W[:, :, np.arange(1, L), np.arange(L - 1)].mean(-1))
+      add("first_token_sink", W[:, :, 4:, 0].mean(-1))
+      # The token holding the verb's first character (after the space before it).
+      verb_first = len(tokenizer.encode(text[:len(item.prefix) + 2]))
+      row = W[:, :, verb_first]  # [layers, N, L]; its own word's keys are not read below
+      mass = lambda i: row[..., spans[i][1]:spans[i][2]].sum(-1)
+      roles = noun_roles(item)
+      head = mass(roles[0][0])
+      attr = [mass(i) for i, role, _ in roles if role == "attractor"]
+      same = [mass(i) for i, role, _ in roles if role == "same_number"]
+      add("head_noun", head)
+      add("nearest_attractor", attr[-1])
+      add("attractors", np.sum(attr, 0))
+      if same:
+        add("same_number", np.sum(same, 0))
+      add("subject_minus_attractor", head - attr[-1])
+      add(f"subject_minus_attractor_{roles[0][2]}", head - attr[-1])
+  counts = {name: len(v) for name, v in acc.items()}
+  acc.pop("skipped_too_long", None)
+  out = {name: np.mean(v, 0) for name, v in acc.items()}
+  out["items"] = counts
+  return out
 
 
-def maps_and_summary(model_config, params, tokenizer, sentence: str, layer: int,
-                     workdir: str, exp) -> dict:
-  model = models.make_model(model_config)
-  spans = _word_spans(tokenizer, sentence)
-  layers = _weights(model, params, tokenizer, sentence)
-  layer = layer % len(layers)
-  words = [w for w, _, _ in spans]
-  paths = []
-  for i, w in enumerate(layers):
-    path = os.path.join(workdir, f"attention_layer{i}.png")
-    attention_maps.plot_heads(word_matrix(w, spans), words, path, key_labels=["<s>"] + words,
-                              title=f"layer {i}: word-level attention (row = last token of the "
-                                    f"word, column = summed over the word's tokens)")
-    paths.append(os.path.basename(path))
-  stats = census(model, params, tokenizer, exp.census_items, exp.seed)
+def notable_heads(stats: dict) -> list[dict]:
   notable = []
+  if "previous_token" not in stats:  # no item fitted the model
+    return notable
   for name, threshold, label in [("previous_token", 0.5, "previous-token head"),
                                  ("first_token_sink", 0.5, "attention sink on the first token")]:
     for li, h in zip(*np.nonzero(stats[name] > threshold)):
@@ -90,6 +138,31 @@ def maps_and_summary(model_config, params, tokenizer, sentence: str, layer: int,
     if s[li, h] > 0.05:
       notable.append({"layer": int(li), "head": int(h), "kind": "verb-to-subject link",
                       "score": float(s[li, h])})
-  return {"sentence": sentence, "layer_shown": layer, "pngs": paths,
-          "census": {k: v.round(4).tolist() for k, v in stats.items()},
-          "notable_heads": notable}
+  return notable
+
+
+def census_summary(model_config, params, tokenizer, exp) -> dict:
+  model = models.make_model(model_config)
+  stats = census(model, params, tokenizer, exp.census_items, exp.seed,
+                 max_len=model_config.max_len)
+  items = stats.pop("items")
+  return {"census": {k: v.round(4).tolist() for k, v in stats.items()},
+          "census_items": items, "notable_heads": notable_heads(stats)}
+
+
+def maps(model_config, params, tokenizer, sentence: str, workdir: str) -> dict:
+  model = models.make_model(model_config)
+  spans = word_spans(tokenizer, sentence)
+  layers = _weights(model, params, tokenizer, sentence)
+  words = [w for w, _, _ in spans]
+  paths, row_sums = [], []
+  for i, w in enumerate(layers):
+    matrix = word_matrix(w, spans)
+    row_sums.append(float(np.abs(matrix.sum(-1) - 1).max()))
+    path = os.path.join(workdir, f"attention_layer{i}.png")
+    attention_maps.plot_heads(matrix, words, path, key_labels=["<s>"] + words,
+                              title=f"layer {i}: word-level attention (row = mean over the "
+                                    f"word's tokens, column = sum over them, the space before "
+                                    f"a word included)")
+    paths.append(os.path.basename(path))
+  return {"sentence": sentence, "pngs": paths, "max_row_sum_error": max(row_sums)}

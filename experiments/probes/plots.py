@@ -11,91 +11,142 @@ import numpy as np  # noqa: E402
 from experiments import results as experiment_results  # noqa: E402
 
 
+def _pooled_by(by_seed: dict, key: str) -> dict:
+  """{value: (accuracy, lo, hi)} pooling items over seeds (Wilson over the pooled items)."""
+  from experiments.probes.run import wilson  # noqa: PLC0415 (run imports this module)
+  out = {}
+  for r in by_seed.values():
+    for x, c in (r.get(key) or {}).items():
+      if c:
+        right, n = out.get(x, (0, 0))
+        out[x] = (right + round(c["accuracy"] * c["n"]), n + c["n"])
+  return {x: (right / n, *wilson(right, n)) for x, (right, n) in out.items() if n}
+
+
 def agreement(results: dict, path: str) -> str:
   fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True, layout="constrained")
-  for scheme, r in results["agreement"].items():
-    xs = [x for x in sorted(r["by_attractors"], key=int) if r["by_attractors"][x] is not None]
-    axes[0].plot([int(x) for x in xs], [r["by_attractors"][x] for x in xs], marker="o",
-                 label=scheme)
-    ds = sorted(r["by_distance"], key=int)
-    axes[1].plot([int(d) for d in ds], [r["by_distance"][d] for d in ds], marker=".",
-                 label=scheme)
+  for scheme, by_seed in results["agreement"].items():
+    for ax, key, fmt in ((axes[0], "by_attractors", "o"), (axes[1], "by_distance", ".")):
+      cells = _pooled_by(by_seed, key)
+      xs = sorted(cells, key=int)
+      ys = np.array([cells[x][0] for x in xs])
+      err = np.array([[cells[x][0] - cells[x][1] for x in xs],
+                      [cells[x][2] - cells[x][0] for x in xs]])
+      ax.errorbar([int(x) for x in xs], ys, yerr=err, marker=fmt, capsize=3, label=scheme)
   axes[0].set_xlabel("attractors between subject and verb")
   axes[0].set_xticks(range(5))
   axes[1].set_xlabel("words between subject and verb")
-  axes[0].set_ylabel("accuracy (agreeing verb more probable)")
+  axes[0].set_ylabel("accuracy (agreeing verb, as a complete word, more probable)")
   for ax in axes:
     ax.axhline(0.5, color="gray", linestyle=":")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
   axes[1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
-  fig.suptitle("Subject-verb agreement with attractors (chance = 0.5)")
+  fig.suptitle("Subject-verb agreement with attractors (chance = 0.5; items pooled over "
+               "seeds, bars: Wilson 95%)")
   fig.savefig(path, dpi=120, bbox_inches="tight")
   plt.close(fig)
   return path
 
 
 def retrieval(results: dict, path: str) -> str:
-  ns = sorted({n for r in results["retrieval"].values() for n in r}, key=int)
+  rows = {(scheme, n): r for scheme, by_seed in results["retrieval"].items()
+          for r_seed in by_seed.values() for n, r in r_seed.items()}
+  ns = sorted({n for _, n in rows}, key=int)
   fig, axes = plt.subplots(1, len(ns), figsize=(4.6 * len(ns), 4.2), sharey=True,
                            squeeze=False, layout="constrained")
   for ax, n in zip(axes[0], ns):
-    for scheme, r in results["retrieval"].items():
-      row = r.get(n, {}).get("accuracy_by_position")
-      if row is None:
-        continue
-      ps = sorted(row, key=int)
-      ax.plot([int(p) + 1 for p in ps], [row[p] for p in ps], marker="o", label=scheme)
-    trained = " (training length)" if int(n) == results["kv_train_pairs"] else ""
-    ax.set_title(f"{n} pairs{trained}")
+    for scheme, by_seed in results["retrieval"].items():
+      for seed, r_seed in by_seed.items():
+        row = r_seed.get(n, {}).get("accuracy_by_position")
+        if row is None:
+          continue
+        ps = sorted(row, key=int)
+        ys = np.array([row[p]["accuracy"] for p in ps])
+        err = np.array([[row[p]["accuracy"] - row[p]["wilson95"][0] for p in ps],
+                        [row[p]["wilson95"][1] - row[p]["accuracy"] for p in ps]])
+        label = scheme + (f" s{seed}" if len(by_seed) > 1 else "")
+        ax.errorbar([int(p) + 1 for p in ps], ys, yerr=err, marker="o", capsize=2, label=label)
+    trained = int(n) <= results["kv_train_pairs"]
+    ax.set_title(f"{n} pairs ({'within' if trained else 'beyond'} training)")
     ax.set_xlabel("position of the queried pair (1 = first)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel("exact-match retrieval accuracy")
   axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
-  fig.suptitle("Lost in the middle: key-value retrieval by position of the queried pair")
+  fig.suptitle(f"Lost in the middle: key-value retrieval by queried position (trained on "
+               f"{results.get('kv_min_pairs', '?')}-{results['kv_train_pairs']} pairs; bars: "
+               f"Wilson 95%)")
   fig.savefig(path, dpi=120, bbox_inches="tight")
   plt.close(fig)
   return path
 
 
 def summary(results: dict) -> str:
-  lines = ["# Probes", "", "## Agreement with attractors (accuracy)", "",
+  lines = ["# Probes", "", "## Agreement with attractors", "",
+           f"Scoring: {results.get('agreement_scoring', '?')}. Cells: mean ± sd over seeds "
+           "[Wilson 95% over the items of all seeds] (items per seed).", "",
            "| scheme | " + " | ".join(f"{k} attractors" for k in range(5)) + " |",
            "| --- |" + " --- |" * 5]
-  for scheme, r in results["agreement"].items():
-    cell = lambda v: "n/a (too long)" if v is None else f"{v:.2f}"
-    lines.append(f"| {scheme} | " + " | ".join(cell(r["by_attractors"][str(k)])
-                                               for k in range(5)) + " |")
-  lines += ["", "## Lost in the middle (exact-match accuracy, mean over positions; U-shape: "
-            "both ends beat the middle by > 0.05)", "",
-            "| scheme | pairs | mean accuracy | ends | middle | U-shaped |",
-            "| --- | --- | --- | --- | --- | --- |"]
-  for scheme, r in results["retrieval"].items():
-    for n, row in r.items():
-      if "accuracy_by_position" not in row:
-        lines.append(f"| {scheme} | {n} | not applicable | | | |")
-        continue
-      acc = list(row["accuracy_by_position"].values())
-      shape = results["retrieval_shape"][scheme][n]
-      lines.append(f"| {scheme} | {n} | {sum(acc) / len(acc):.2f} | {shape['ends']:.2f} | "
-                   f"{shape['middle']:.2f} | {shape['u_shaped']} |")
+  for scheme, pooled in results.get("agreement_pooled", {}).items():
+    cells = []
+    for k in range(5):
+      c = pooled.get(str(k))
+      cells.append("n/a (too long)" if c is None else
+                   f"{c['mean']:.3f} ± {c['sd']:.3f} [{c['wilson95_pooled'][0]:.3f}, "
+                   f"{c['wilson95_pooled'][1]:.3f}] ({c['n_per_seed']})")
+    lines.append(f"| {scheme} | " + " | ".join(cells) + " |")
+  lines += ["", "By verb kind and by head number, pooled over attractor counts and seeds (accuracy [Wilson 95%], "
+            "items):", "", "| scheme | verb kind or head number | accuracy |", "| --- | --- | --- |"]
+  for scheme, by_seed in results["agreement"].items():
+    for key in ("by_verb_kind", "by_head_number"):
+      for x, (acc, lo, hi) in sorted(_pooled_by(by_seed, key).items()):
+        lines.append(f"| {scheme} | {x} | {acc:.3f} [{lo:.3f}, {hi:.3f}] |")
+  lines += ["", "## Lost in the middle", "",
+            f"Trained on {results.get('kv_min_pairs')}-{results['kv_train_pairs']} pairs; "
+            f"criterion: mean accuracy >= {results.get('kv_criterion')} at "
+            f"{results['kv_train_pairs']} pairs. U-test (fixed in advance): each end minus "
+            "the middle third > 2 SE.", "",
+            "| scheme | seed | criterion met | pairs | tokens | mean accuracy | first - middle "
+            "| last - middle | ends - middle [95%] | U-shaped |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+  for scheme, by_seed in results["retrieval"].items():
+    for seed, r_seed in by_seed.items():
+      met = results.get("retrieval_criterion", {}).get(scheme, {}).get(seed, {}).get("met")
+      for n, row in r_seed.items():
+        if "accuracy_by_position" not in row:
+          lines.append(f"| {scheme} | {seed} | {met} | {n} | {row.get('context_tokens')} | "
+                       "not applicable | | | | |")
+          continue
+        u = row["u_test"]
+        if u.get("u_shaped") is None:
+          lines.append(f"| {scheme} | {seed} | {met} | {n} | {row['context_tokens']} | "
+                       f"{row['mean_accuracy']:.3f} | | | | {u.get('why')} |")
+          continue
+        lo, hi = u["ends_minus_middle_ci95"]
+        lines.append(
+            f"| {scheme} | {seed} | {met} | {n} | {row['context_tokens']} | "
+            f"{row['mean_accuracy']:.3f} | {u['first_minus_middle']:+.3f} ± {u['first_se']:.3f}"
+            f" | {u['last_minus_middle']:+.3f} ± {u['last_se']:.3f} | "
+            f"{u['ends_minus_middle']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {u['u_shaped']} |")
+  lines += ["", f"LM-then-retrieval variant: {results.get('lm_then_retrieval')}", ""]
   maps = results["attention_maps"]
-  lines += ["", f"## Attention maps ({maps['scheme']} model)", "",
-            f"Sentence: \"{maps['sentence']}\"; PNGs: " + ", ".join(maps["pngs"]), "",
-            "| layer | head | kind | score |", "| --- | --- | --- | --- |"]
-  for h in maps["notable_heads"]:
-    lines.append(f"| {h['layer']} | {h['head']} | {h['kind']} | {h['score']:.2f} |")
-  if not maps["notable_heads"]:
-    lines.append("| - | - | no head passed the thresholds | - |")
-  # The strongest head of each kind, notable or not, so a null result still says how close.
-  lines += ["", f"Strongest head of each kind over {len(maps['census']['previous_token'])} "
-            "layers (census over grammar items; thresholds 0.5, 0.5, 0.05):", "",
-            "| measure | layer | head | score |", "| --- | --- | --- | --- |"]
-  for name, census in maps["census"].items():
-    scores = np.asarray(census, np.float64)
-    li, h = np.unravel_index(np.argmax(scores), scores.shape)
-    lines.append(f"| {name} | {li} | {h} | {scores[li, h]:.2f} |")
+  lines += [f"## Attention maps ({maps['scheme']} model, first seed)", "",
+            f"Sentence: \"{maps['sentence']}\"; PNGs: " + ", ".join(maps["pngs"])
+            + f"; largest |row sum - 1|: {maps.get('max_row_sum_error', 0):.1e}", "",
+            "## Head census (first seed of each scheme; query: the verb's first token, "
+            "teacher-forced; weights on the nouns' words)", "",
+            "| scheme | measure | layer | head | score |", "| --- | --- | --- | --- | --- |"]
+  for scheme, c in results.get("census", {}).items():
+    if not c["census"]:
+      lines.append(f"| {scheme} | no item fits the model ({c['census_items']}) | | | |")
+    for name, census in c["census"].items():
+      scores = np.asarray(census, np.float64)
+      li, h = np.unravel_index(np.argmax(scores), scores.shape)
+      lines.append(f"| {scheme} | {name} (strongest) | {li} | {h} | {scores[li, h]:.3f} |")
+    for h in c["notable_heads"]:
+      lines.append(f"| {scheme} | notable: {h['kind']} | {h['layer']} | {h['head']} | "
+                   f"{h['score']:.3f} |")
   return "\n".join(lines) + "\n"
 
 

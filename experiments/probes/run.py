@@ -15,6 +15,7 @@ Language models are reused from an extrapolation run (experiment.lm_workdir) or 
 everything is resumable like the extrapolation experiment.
 """
 
+import functools
 import os
 import time
 
@@ -22,10 +23,11 @@ import ml_collections
 import numpy as np
 from absl import app, flags, logging
 
-from experiments.extrapolation.run import check_schemes, train_schemes
+from experiments.extrapolation.run import check_schemes, run_dir_of, train_schemes
 from experiments import results as experiment_results
 from experiments.probes import heads, plots
 from transformer import cli, data
+from transformer.data import grammar
 from transformer.training import checkpoint, loop
 from transformer.inference.scoring import Scorer
 
@@ -39,12 +41,55 @@ def _load(run_dir):
   return model_config, params, tokenizer
 
 
-def agreement(scorer, tokenizer, exp) -> dict:
-  """Accuracy of preferring the agreeing verb, by attractors and by distance. Items longer
-  than the model can position (a learned table) are left out and counted."""
-  by_attractors, by_distance, evaluated = {}, {}, {}
-  fits = lambda it: 2 + len(tokenizer.encode(f"{it.prefix} {it.correct} {it.wrong}")) <= (
-      scorer.config.max_len)
+# What the grammar can produce right after a verb: " " before the next word (an adjective
+# after a copula, a noun phrase after "has"/"have" or a transitive verb, an adverb after an
+# intransitive one) or "." when an intransitive verb ends the sentence. No word continues
+# into letters, so the probability of a verb as a complete word is the sum over these two.
+WORD_BOUNDARIES = (" ", ".")
+
+
+def word_logprobs(scorer, tokenizer, prefixes, words, boundaries=WORD_BOUNDARIES):
+  """log P(" " + word as a complete word | prefix): log-sum-exp over the boundaries that may
+  follow it. With boundaries=("",) it is the pre-fix scoring, which compares " sleep" with
+  " sleeps" although " sleep" is a prefix of " sleeps" (so it never loses to it)."""
+  per_boundary = [scorer.continuation_scores(tokenizer, prefixes,
+                                             [" " + w + b for w in words])[0]
+                  for b in boundaries]
+  return np.logaddexp.reduce(np.stack(per_boundary), axis=0)
+
+
+def agreement_correct(scorer, tokenizer, items, boundaries=WORD_BOUNDARIES) -> np.ndarray:
+  """Per item: does the agreeing verb, as a complete word, beat the other form? Ties
+  (a model indifferent between them) count as wrong."""
+  prefixes = [it.prefix for it in items]
+  good = word_logprobs(scorer, tokenizer, prefixes, [it.correct for it in items], boundaries)
+  bad = word_logprobs(scorer, tokenizer, prefixes, [it.wrong for it in items], boundaries)
+  return good > bad
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
+  """Wilson score interval of a binomial proportion (95% by default)."""
+  if n == 0:
+    return [float("nan"), float("nan")]
+  p = successes / n
+  centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+  half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+  return [float(centre - half), float(centre + half)]
+
+
+def _proportion(values) -> dict:
+  values = [bool(v) for v in values]
+  return {"accuracy": float(np.mean(values)) if values else None, "n": len(values),
+          "wilson95": wilson(sum(values), len(values))}
+
+
+def agreement(scorer, tokenizer, exp, max_len: int | None = None) -> dict:
+  """Accuracy of preferring the agreeing verb (complete words), by attractors, by distance
+  and by verb kind, each with its item count and Wilson interval. Items longer than the
+  model can position (a learned table) are left out and counted."""
+  max_len = scorer.config.max_len if max_len is None else max_len
+  fits = lambda it: 2 + len(tokenizer.encode(f"{it.prefix} {it.correct} {it.wrong}.")) <= max_len
+  by_attractors, by_distance, by_kind, by_head, evaluated = {}, {}, {}, {}, {}
   for k in range(5):
     items = [it for it in data.agreement_probes(exp.agreement_items, k, seed=exp.seed)
              if fits(it)]
@@ -52,20 +97,46 @@ def agreement(scorer, tokenizer, exp) -> dict:
     if not items:
       by_attractors[k] = None
       continue
-    prefixes = [it.prefix for it in items]
-    good, _ = scorer.continuation_scores(tokenizer, prefixes, [" " + it.correct for it in items])
-    bad, _ = scorer.continuation_scores(tokenizer, prefixes, [" " + it.wrong for it in items])
-    right = good > bad
-    by_attractors[k] = float(right.mean())
+    right = agreement_correct(scorer, tokenizer, items)
+    by_attractors[k] = _proportion(right)
     for it, r in zip(items, right):
-      by_distance.setdefault(it.distance, []).append(bool(r))
+      by_distance.setdefault(it.distance, []).append(r)
+      by_kind.setdefault(verb_kind(it), []).append(r)
+      by_head.setdefault(head_number(it), []).append(r)
   return {"by_attractors": by_attractors,
-          "by_distance": {d: float(np.mean(v)) for d, v in sorted(by_distance.items())},
-          "items_evaluated": evaluated}
+          "by_distance": {d: _proportion(v) for d, v in sorted(by_distance.items())},
+          "by_verb_kind": {k: _proportion(v) for k, v in sorted(by_kind.items())},
+          "by_head_number": {k: _proportion(v) for k, v in sorted(by_head.items())},
+          "items_evaluated": evaluated,
+          "scoring": "complete words: log-sum-exp over the boundaries " + repr(WORD_BOUNDARIES)}
+
+
+@functools.cache
+def _verb_kinds() -> dict:
+  """(singular form, plural form) -> the verb's kind in the grammar."""
+  lex = grammar.lexicon()
+  kinds = {("is", "are"): "copula", ("was", "were"): "copula", ("has", "have"): "has/have"}
+  kinds.update({pair: "transitive" for pair in lex.verbs_t})
+  kinds.update({pair: "intransitive" for pair in lex.verbs_i})
+  return kinds
+
+
+def head_number(item) -> str:
+  return "sg" if (item.correct, item.wrong) in _verb_kinds() else "pl"
+
+
+def verb_kind(item) -> str:
+  """copula, has/have, transitive or intransitive, marked when one form is a prefix of the
+  other (the items the pre-fix scoring could not get right for singular heads)."""
+  pair = (item.correct, item.wrong)
+  kind = _verb_kinds().get(pair) or _verb_kinds()[pair[::-1]]
+  prefix = item.correct.startswith(item.wrong) or item.wrong.startswith(item.correct)
+  return kind + (" (prefix forms)" if prefix else "")
 
 
 def retrieval(scorer, tokenizer, exp, max_len: int) -> dict:
-  """Exact-match retrieval accuracy by (number of pairs, queried position)."""
+  """Exact-match retrieval accuracy by (number of pairs, queried position), each with its
+  item count and Wilson interval, and the U-test of every row."""
   out = {}
   for n in (int(x) for x in str(exp.kv_eval_pairs).split(",")):
     positions = sorted(set(np.linspace(0, n - 1, min(n, exp.kv_positions)).round().astype(int)))
@@ -73,27 +144,59 @@ def retrieval(scorer, tokenizer, exp, max_len: int) -> dict:
     prompt = items[0][0] + data.PROMPT_SEPARATOR
     length = len(tokenizer.encode(prompt)) + len(tokenizer.encode(items[0][1])) + 1
     if length > max_len:
-      out[n] = {"not_applicable": f"{length} tokens exceed the model's max_len {max_len}"}
+      out[n] = {"not_applicable": f"{length} tokens exceed the model's max_len {max_len}",
+                "context_tokens": length}
       continue
-    row = {}
+    row, counts = {}, {}
     for p in positions:
       items = data.kv_items(n, int(p), exp.kv_items, seed=exp.seed)
       _, exact = scorer.continuation_scores(
           tokenizer, [q + data.PROMPT_SEPARATOR for q, _ in items], [a for _, a in items])
-      row[int(p)] = float(exact.mean())
-    out[n] = {"accuracy_by_position": row, "context_tokens": length}
+      row[int(p)] = _proportion(exact)
+      counts[int(p)] = (int(exact.sum()), len(exact))
+    out[n] = {"accuracy_by_position": row, "context_tokens": length,
+              "beyond_training": n > exp.kv_train_pairs,
+              "mean_accuracy": float(np.mean([r["accuracy"] for r in row.values()])),
+              "u_test": u_test(counts)}
   return out
 
 
-def u_shape(row: dict) -> dict:
-  """Is accuracy at both ends higher than in the middle (the lost-in-the-middle shape)?"""
-  positions = sorted(row, key=int)
-  acc = np.array([row[p] for p in positions])
-  third = max(1, len(acc) // 3)
-  ends = min(acc[:third].mean(), acc[-third:].mean())
-  middle = acc[third:-third].mean() if len(acc) > 2 * third else np.nan
-  return {"ends": float(ends), "middle": float(middle),
-          "u_shaped": bool(ends > middle + 0.05) if np.isfinite(middle) else None}
+def u_test(counts: dict) -> dict:
+  """The lost-in-the-middle test, fixed before any result: from {position: (right, n)} over
+  evenly spaced positions, ends = the first and the last position, middle = the middle third
+  of the positions (pooled). The row is U-shaped when EACH end beats the middle by more than
+  2 standard errors (binomial, independent samples); pooled ends minus middle is reported
+  with its 95% interval (+- 1.96 SE)."""
+  positions = sorted(counts)
+  if len(positions) < 3:
+    return {"u_shaped": None, "why": "fewer than 3 positions"}
+  third = max(1, len(positions) // 3)
+  start = (len(positions) - third) // 2
+  middle = positions[start:start + third]
+  if positions[0] in middle or positions[-1] in middle:
+    return {"u_shaped": None, "why": "too few positions for a middle"}
+
+  def pooled(ps):
+    right = sum(counts[p][0] for p in ps)
+    n = sum(counts[p][1] for p in ps)
+    return right / n, n
+
+  def diff(a, b):
+    (pa, na), (pb, nb) = a, b
+    se = np.sqrt(pa * (1 - pa) / na + pb * (1 - pb) / nb)
+    return float(pa - pb), float(se)
+
+  m = pooled(middle)
+  first, first_se = diff(pooled([positions[0]]), m)
+  last, last_se = diff(pooled([positions[-1]]), m)
+  ends, ends_se = diff(pooled([positions[0], positions[-1]]), m)
+  return {"middle_positions": middle, "middle": m[0], "first_minus_middle": first,
+          "first_se": first_se, "last_minus_middle": last, "last_se": last_se,
+          "ends_minus_middle": ends, "ends_se": ends_se,
+          "ends_minus_middle_ci95": [ends - 1.96 * ends_se, ends + 1.96 * ends_se],
+          # A perfect (or all-wrong) row has SE 0: no difference, not a U.
+          "u_shaped": bool(first > 2 * first_se and last > 2 * last_se and first > 0
+                           and last > 0)}
 
 
 def main(argv):
@@ -108,20 +211,33 @@ def main(argv):
     raise SystemExit(f"error: {e}") from None
 
 
+def kv_training_config(config) -> ml_collections.ConfigDict:
+  """The retrieval models' training config: kv_retrieval items of kv_min_pairs to
+  kv_train_pairs pairs (one item per row segment), kv_seq_len tokens per row, and the kv_*
+  knobs; experiment.kv_overrides.<scheme> holds each scheme's own settings (lr, steps)."""
+  exp = config.experiment
+  kv_config = ml_collections.ConfigDict(config.to_dict())
+  kv_config.data.name = "kv_retrieval"
+  kv_config.data.num_pairs = exp.kv_train_pairs
+  kv_config.data.min_pairs = exp.kv_min_pairs
+  kv_config.data.cross_document = False
+  kv_config.data.seq_len = exp.kv_seq_len
+  kv_config.experiment.eval_multipliers = str(max(1, exp.kv_max_len // exp.kv_seq_len))
+  kv_config.experiment.seeds = exp.kv_seeds
+  kv_config.experiment.overrides = exp.kv_overrides
+  kv_config.train.steps = exp.kv_steps
+  kv_config.opt.lr = exp.kv_lr
+  kv_config.opt.warmup_steps = exp.kv_warmup_steps
+  return kv_config
+
+
 def run(config, workdir: str) -> None:
   loop.configure_host(**cli.host_settings())
   logging.set_verbosity(logging.ERROR)
   start = time.time()
   exp = config.experiment
   schemes = [s for s in str(exp.schemes).split(",") if s]
-  kv_config = ml_collections.ConfigDict(config.to_dict())
-  kv_config.data.name = "kv_retrieval"
-  kv_config.data.num_pairs = exp.kv_train_pairs
-  kv_config.data.cross_document = False
-  kv_config.data.seq_len = exp.kv_seq_len
-  kv_config.experiment.eval_multipliers = str(exp.kv_max_len // exp.kv_seq_len)
-  kv_config.train.steps = exp.kv_steps
-  kv_config.opt.lr = exp.kv_lr
+  kv_config = kv_training_config(config)
   kv_dir = os.path.join(workdir, "kv")
   kv_schemes = [s for s in str(exp.kv_schemes).split(",") if s]
   # Both sets of schemes and the workdir are checked before anything trains.
@@ -134,29 +250,66 @@ def run(config, workdir: str) -> None:
   experiment_results.check_workdir(workdir, EXPERIMENT)
   os.makedirs(workdir, exist_ok=True)
 
-  train_schemes(lm_config, lm_dir, schemes)
-  train_schemes(kv_config, kv_dir, kv_schemes)
+  lm_runs = train_schemes(lm_config, lm_dir, schemes)
+  kv_runs = train_schemes(kv_config, kv_dir, kv_schemes)
 
-  results = {"agreement": {}, "retrieval": {}, "retrieval_shape": {},
-             "kv_train_pairs": exp.kv_train_pairs}
+  results = {"agreement": {}, "census": {}, "retrieval": {}, "retrieval_criterion": {},
+             "kv_train_pairs": exp.kv_train_pairs, "kv_min_pairs": exp.kv_min_pairs,
+             "kv_criterion": exp.kv_criterion, "lm_then_retrieval": LM_THEN_RETRIEVAL,
+             "agreement_scoring": "complete words, boundaries " + repr(WORD_BOUNDARIES)}
   for scheme in schemes:
-    print(f"== probing {scheme}", flush=True)
-    cfg, params, tokenizer = _load(os.path.join(lm_dir, "runs", scheme))
-    results["agreement"][scheme] = agreement(Scorer(cfg, params), tokenizer, exp)
-    if scheme not in kv_schemes:
-      continue
-    cfg, params, tokenizer = _load(os.path.join(kv_dir, "runs", scheme))
-    results["retrieval"][scheme] = retrieval(Scorer(cfg, params), tokenizer, exp, cfg.max_len)
-    results["retrieval_shape"][scheme] = {
-        n: u_shape(r["accuracy_by_position"]) for n, r in results["retrieval"][scheme].items()
-        if "accuracy_by_position" in r}
+    for seed in lm_runs[scheme]:
+      print(f"== probing {scheme} seed {seed}", flush=True)
+      cfg, params, tokenizer = _load(run_dir_of(lm_dir, scheme, seed))
+      results["agreement"].setdefault(scheme, {})[seed] = agreement(
+          Scorer(cfg, params), tokenizer, exp)
+      if seed == min(lm_runs[scheme]):  # the census of every scheme's first seed
+        results["census"][scheme] = heads.census_summary(cfg, params, tokenizer, exp)
+  results["agreement_pooled"] = {s: pool_seeds(r) for s, r in results["agreement"].items()}
+  for scheme in kv_schemes:
+    for seed in kv_runs[scheme]:
+      print(f"== retrieval {scheme} seed {seed}", flush=True)
+      cfg, params, tokenizer = _load(run_dir_of(kv_dir, scheme, seed))
+      r = retrieval(Scorer(cfg, params), tokenizer, exp, cfg.max_len)
+      results["retrieval"].setdefault(scheme, {})[seed] = r
+      at_train = r.get(exp.kv_train_pairs, {}).get("mean_accuracy")
+      results["retrieval_criterion"].setdefault(scheme, {})[seed] = {
+          "accuracy_at_training_pairs": at_train,
+          "met": at_train is not None and at_train >= exp.kv_criterion}
 
   scheme = exp.map_scheme if exp.map_scheme in schemes else schemes[0]
-  cfg, params, tokenizer = _load(os.path.join(lm_dir, "runs", scheme))
-  results["attention_maps"] = heads.maps_and_summary(
-      cfg, params, tokenizer, exp.map_sentence, exp.map_layer, workdir, exp)
+  cfg, params, tokenizer = _load(run_dir_of(lm_dir, scheme, min(lm_runs[scheme])))
+  results["attention_maps"] = heads.maps(cfg, params, tokenizer, exp.map_sentence, workdir)
   results["attention_maps"]["scheme"] = scheme
   experiment_results.write(results, workdir, start, plots.write_all, EXPERIMENT)
+
+
+# Liu et al. 2023 probed pretrained language models. The closer variant here, a decoder
+# trained as a language model on the grammar corpus and then fine-tuned on retrieval, needs
+# training to start from another run's parameters, which transformer.train cannot do yet
+# (no train.init_from): not run.
+LM_THEN_RETRIEVAL = ("not run: transformer.train cannot initialize from another run's "
+                     "parameters (no train.init_from)")
+
+
+def pool_seeds(by_seed: dict) -> dict:
+  """Agreement by attractors over seeds: mean +- sd of the seeds' accuracies, and the
+  pooled Wilson interval (items x seeds)."""
+  out = {}
+  for k in range(5):
+    cells = [r["by_attractors"].get(k) for r in by_seed.values()]
+    cells = [c for c in cells if c]
+    if not cells:
+      out[k] = None
+      continue
+    accs = np.array([c["accuracy"] for c in cells])
+    right = sum(round(c["accuracy"] * c["n"]) for c in cells)
+    n = sum(c["n"] for c in cells)
+    out[k] = {"mean": float(accs.mean()), "sd": float(accs.std(ddof=1)) if len(accs) > 1
+              else 0.0, "seeds": len(cells), "n_per_seed": cells[0]["n"],
+              "wilson95_pooled": wilson(right, n)}
+  return out
+
 
 if __name__ == "__main__":
   app.run(main, flags_parser=cli.parse_flags)

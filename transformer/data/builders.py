@@ -87,6 +87,7 @@ class SyntheticConfig(tfds.core.BuilderConfig):
   min_sentences: int = grammar.DOC_SENTENCES[0]
   max_sentences: int = grammar.DOC_SENTENCES[1]
   max_doc_tokens: int = 0
+  min_pairs: int = 0
 
 
 class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
@@ -189,8 +190,15 @@ class KvRetrieval(tfds.core.GeneratorBasedBuilder):
     num_train, num_eval = _size(data_config)
     if data_config.num_pairs < 1:
       raise ValueError(f"data.num_pairs must be >= 1, got {data_config.num_pairs}")
-    return SyntheticConfig(name=f"pairs{data_config.num_pairs}-{data_config.size}",
-                           num_train=num_train, num_eval=num_eval, num_pairs=data_config.num_pairs)
+    min_pairs = data_config.get("min_pairs", 0)
+    if min_pairs and not 1 <= min_pairs <= data_config.num_pairs:
+      raise ValueError(f"data.min_pairs must be 0 (fixed) or in [1, data.num_pairs="
+                       f"{data_config.num_pairs}], got {min_pairs}")
+    # Fixed-size datasets keep their old names (and prepared files).
+    sizes = f"{min_pairs}to{data_config.num_pairs}" if min_pairs else str(data_config.num_pairs)
+    return SyntheticConfig(name=f"pairs{sizes}-{data_config.size}", num_train=num_train,
+                           num_eval=num_eval, num_pairs=data_config.num_pairs,
+                           min_pairs=min_pairs)
 
   def _info(self):
     return tfds.core.DatasetInfo(builder=self, features=_SEQ2SEQ,
@@ -203,7 +211,9 @@ class KvRetrieval(tfds.core.GeneratorBasedBuilder):
 
   def _generate_examples(self, split, num):
     for i in range(num):
-      inputs, targets = kv_retrieval.item(_rng("kv", split, i), self.builder_config.num_pairs)
+      c = self.builder_config
+      inputs, targets = kv_retrieval.item(_rng("kv", split, i), c.num_pairs,
+                                          min_pairs=c.min_pairs)
       yield i, {"inputs": inputs, "targets": targets}
 
 

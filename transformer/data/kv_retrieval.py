@@ -20,15 +20,22 @@ def max_chars(num_pairs: int) -> int:
   return num_pairs * (2 * width + 4) - 1 + 4 + width
 
 
-def item(rng: random.Random, num_pairs: int, position: int | None = None) -> tuple[str, str]:
-  """One (inputs, targets) pair; position None draws it uniformly."""
+def item(rng: random.Random, num_pairs: int, position: int | None = None,
+         min_pairs: int = 0) -> tuple[str, str]:
+  """One (inputs, targets) pair; position None draws it uniformly. With min_pairs > 0 the
+  number of pairs is drawn uniformly from [min_pairs, num_pairs] (the key width stays that of
+  num_pairs, so items of every size look alike)."""
   if num_pairs < 1:
     raise ValueError(f"num_pairs must be >= 1, got {num_pairs}")
+  width = _digits(num_pairs)
+  if min_pairs:
+    if not 1 <= min_pairs <= num_pairs:
+      raise ValueError(f"min_pairs must be in [1, num_pairs={num_pairs}], got {min_pairs}")
+    num_pairs = rng.randint(min_pairs, num_pairs)
   if position is None:
     position = rng.randrange(num_pairs)
   if not 0 <= position < num_pairs:
     raise ValueError(f"position must be in [0, {num_pairs}), got {position}")
-  width = _digits(num_pairs)
   keys = rng.sample(range(10**width), num_pairs)
   values = [rng.randrange(10**width) for _ in range(num_pairs)]
   pairs = " ".join(f"k{k:0{width}d}:v{v:0{width}d}" for k, v in zip(keys, values))

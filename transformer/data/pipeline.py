@@ -49,7 +49,9 @@ def default_config() -> ml_collections.ConfigDict:
       max_length=16,
       eval_min_length=0,       # algorithmic 'test_long' split; 0 -> max_length + 1
       eval_max_length=0,       # 0 -> 2 * max_length
-      num_pairs=16,            # kv_retrieval: pairs per item
+      num_pairs=16,            # kv_retrieval: pairs per item (the most, with min_pairs)
+      min_pairs=0,             # kv_retrieval: > 0 draws each item's pairs from
+                               # [min_pairs, num_pairs]
       path="",                 # text_folder: directory of .txt files
       text_key="text",         # catalog datasets: the text feature
       prompt_loss=False,       # lm on inputs/targets data: also train on the prompt tokens
