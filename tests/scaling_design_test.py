@@ -141,11 +141,14 @@ def test_every_new_design_and_its_tiny_variant_expand():
 
 
 def test_gpu_design_runs_through_slurm_unchanged(tmp_path):
-  runs = sweep.expand(_design("gpu", lr_law="0.05,-0.3"))
+  config = _design("gpu", lr_law="0.05,-0.3")
+  ladder = [float(x) for x in config.sweep.sizes.split(",")]
+  assert min(ladder) == 5e6 and max(ladder) == 1e9
+  runs = sweep.expand(config)
   budgets = sorted({r["budget"] for r in runs})
   assert budgets[0] == 1e17 and budgets[-1] == 1e19
   sizes = [r["params_total"] for r in runs]
-  assert min(sizes) < 1e7 and max(sizes) > 5e8 and min(r["overrides"]["train.steps"]
+  assert min(sizes) < 1.5e7 and max(sizes) > 5e8 and min(r["overrides"]["train.steps"]
                                                      for r in runs) >= 500
   cmd = [sys.executable, "-m", "launch.slurm", "--config",
          "configs/scaling.py:design=gpu", "--workdir", str(tmp_path),
