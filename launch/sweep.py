@@ -8,9 +8,14 @@ A sweep is the `sweep` sub-dict of a config (`default_config()` below is its sch
   kind="scaling"  sizes="1e5,3e5,1e6" (target non-embedding params) and either
                   budgets="1e13,3e13" (IsoFLOP, training FLOPs) or tokens="2e6,8e6"
 
+                  or tokens_per_param=20 (D = 20 N), with lrs="1e-3,2e-3" an lr axis
 A scaling run gets its shape from experiments/scaling/shapes.py and its steps from
 C = flops_per_token * tokens (tokens = steps * batch_size * seq_len), so budgets are exact up
-to the rounding of steps. Every run is `transformer.train` with `--config.KEY=VALUE` overrides
+to the rounding of steps; sweep.flops_convention says whether C counts non-embedding
+(Kaplan, the default) or total parameters (Chinchilla / Porian), and every run records both
+(`flops`, `flops_total`). The corrected study's keys (batch per budget, a window around the
+predicted optimum, seeds, lr law, warmup in tokens per parameter, eval tokens, data-limited
+pruning) are in default_config(); their defaults keep the original behaviour. Every run is `transformer.train` with `--config.KEY=VALUE` overrides
 in DIR/<name>/, where the name is made from the values that vary, so re-declaring the same
 sweep finds the same directories.
 

@@ -13,6 +13,9 @@ The shape rule (one knob per choice, so a sweep is reproducible from its sizes a
 Kaplan et al. 2020 (fig. 5) find loss nearly flat in R over 20..200 at fixed N, so R is a
 convenience, not a tuned value.
 
+The corrected rule (min_layers=2, min_heads=2, small_head_dim=16, count="total"; see
+shape_for_size) is what configs/scaling.py's corrected designs use.
+
 Counting convention (pre-LN decoder, no biases, RMSNorm scales only, tied embeddings):
   non-embedding = L * (attention + feed-forward + 2 d) + d
     attention = d * H * hd (q) + 2 * d * Hkv * hd (k, v) + H * hd * d (o)
@@ -24,8 +27,11 @@ the convention of transformer/throughput.py (which the trainer writes into summa
 transformer/inspect.py; tests/launch_test.py checks all three agree. Scores and the weighted
 sum each cost 2 T d_attn per token forward, 12 T d_attn for training, halved for the causal
 mask (PaLM, appendix B); numerically it equals Kaplan et al.'s 6N + 6 L n_ctx d_attn. The
-vocabulary projection is left out with the embeddings. Kept here without jax so sweeps can be
-planned (and fits run) without loading the model code.
+vocabulary projection is left out with the embeddings. That is the "non_embedding" convention;
+the "total" one (Chinchilla, Porian et al. 2024) is 6 * N_total + the same attention term, so
+with tied embeddings it adds the output projection's 6 V d (FLOPS_CONVENTIONS; summary.json
+`flops_total`). Kept here without jax so sweeps can be planned (and fits run) without loading
+the model code.
 """
 
 import math
