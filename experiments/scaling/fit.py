@@ -327,8 +327,11 @@ def _isoflop_local_once(budget, N, L, logd, logc, points):
 
 
 def _power_laws(curves):
+  # A budget whose measured minimum is its smallest or largest size has not bracketed its
+  # optimum, even if the parabola's vertex falls inside: it stays out of the power laws.
   out = {}
-  inside = [k for k in curves if k.get("inside")]
+  inside = [k for k in curves if k.get("inside") and k.get("sizes_left", 1) >= 1
+            and k.get("sizes_right", 1) >= 1]
   out["power_law_budgets"] = [k["C"] for k in inside]
   if len(inside) >= 2:
     cs = [k.get("C_opt", k["C"]) for k in inside]
@@ -405,7 +408,10 @@ def fit_isoflop_local(budget, N, L, D=None, C=None, *, points: int = 5, bootstra
       samples.append((curves2, _power_laws(curves2)))
     out["bootstrap"] = bootstrap
     out["seed_noise"]["sigma_used"] = sig
-    out["ci"] = {k: _interval([p.get(k, math.nan) for _, p in samples]) for k in ("a", "b")}
+    # An exponent the data give no point estimate of (fewer than two bracketed budgets) gets
+    # no interval either, though some resamples might bracket two.
+    out["ci"] = {k: _interval([p.get(k, math.nan) for _, p in samples]) if k in out
+                 else [math.nan, math.nan] for k in ("a", "b")}
     for i, k in enumerate(curves):
       if "N_opt" in k:
         k["ci"] = {key: _interval([c2[i].get(key, math.nan) for c2, _ in samples])

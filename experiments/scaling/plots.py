@@ -127,7 +127,8 @@ def plot_optimal(path, iso, chin, chin_fixed=None, E_star=None):
     c_line = np.geomspace(min(opt) / 3, max(opt) * 3)
   for ax, key, exp, coef, what in ((axes[0], "N_opt", "a", "N_coef", "parameters"),
                                    (axes[1], "D_opt", "b", "D_coef", "tokens")):
-    inside = [c for c in curves if c.get("inside") and key in c]
+    inside = [c for c in curves if c.get("inside") and key in c and  # as fit._power_laws
+              c.get("sizes_left", 1) >= 1 and c.get("sizes_right", 1) >= 1]
     if inside:
       xs = np.array([c.get("C_opt", c["C"]) for c in inside])
       ys = np.array([c[key] for c in inside])
