@@ -3,16 +3,45 @@ r"""Scaling study: the configs/lm.py decoder at many sizes and budgets, then the
     python -m launch.local --config configs/scaling.py --workdir runs/scaling --parallel 2
     python -m experiments.scaling.fit --workdir runs/scaling
 
-Arguments after the colon: design (see DESIGNS), dataset, tiny (a CI-sized 3-run sweep:
-seconds per run). Change the design from the command line like any key, e.g.
+Arguments after the colon: design (see DESIGNS), dataset, tiny (a CI-sized sweep: seconds per
+run), doc_sentences (sets data.doc_sentences, "lo,hi"). The corrected designs on grammar_corpus
+train on one-sentence documents that fit a row (data.doc_sentences=1,1, data.max_doc_tokens=128,
+data.size=medium), so the loss floor E* every summary.json records is exact.
+Change the design from the command line like any key, e.g.
     --config.sweep.sizes=1e5,3e5,1e6 --config.sweep.budgets=1e13,1e14
-The default IsoFLOP design (8 sizes from 2e4 to 4e6 non-embedding parameters x 4 budgets: 29
-runs of 23 to 25,000 steps; pairs under sweep.min_steps are dropped) costs 1.1e14 FLOPs in all:
-about an hour on a 2-core CPU.
-Shapes, parameter counts and the FLOPs convention: experiments/scaling/shapes.py.
+
+The original designs (isoflop, tokens, lr, random) are kept as they were. The corrected study
+of issue 18 (Porian et al. 2024's corrections; experiments/scaling/README.md says why and how
+to run it, in order):
+  lr_sweep         5 learning rates x 3 sizes at 20 tokens per parameter, corrected settings;
+                   experiments.scaling.lr_law fits lr(N) from it and writes lr_law.json
+  corrected        the main grid: 5 IsoFLOP budgets 3e11..3e13 (total-parameter FLOPs),
+                   the sizes of a 10^0.2 ladder within +-0.5 decade of the predicted optimum,
+                   batch per budget so every run has >= 500 steps, lr from lr_law.json,
+                   warmup = N tokens (<= 10% of the run), AdamW beta2 0.99, eval on >= 100k
+                   tokens, 3 seeds at the 3 sizes nearest each predicted optimum
+  ablation         the same models and budgets, one seed, with the original settings: lr 3e-3,
+                   warmup 50 steps (<= 10%), beta2 0.95, budgets in non-embedding FLOPs
+  ablation_flops   ... with budgets in total-parameter FLOPs (Porian's first correction)
+  ablation_warmup  ... and warmup = N tokens (the second); `corrected` adds the tuned lr and
+                   beta2 0.99 (the third)
+  stdlib           python_stdlib, corrected settings, budgets it can feed at <= 4 epochs
+  gpu              budgets 1e17..1e19, sizes 5M..1B, seq_len 1024: for launch/slurm.py and
+                   launch/tpu_vm.sh (not for a CPU)
+Shapes, parameter counts and the FLOPs conventions: experiments/scaling/shapes.py.
 """
 
 from launch import sweep
+
+# The corrected size ladder: total parameters (tied embedding included), 10^0.2 apart from
+# the smallest model the shape rule allows (d_model 32 = 2 heads of 16, 2 layers: 33k).
+LADDER = ",".join(f"{3.5e4 * 10 ** (0.2 * k):.3g}" for k in range(11))  # 3.5e4 .. 3.5e6
+BUDGETS = "3e11,1e12,3e12,1e13,3e13"
+# Per budget: the largest power of two that gives the budget's largest model >= 500 steps of
+# seq_len 128 (tests/scaling_design_test.py checks every run has >= 500).
+BATCHES = "4,8,16,16,32"
+LR_LAW = "runs/scaling_lr/lr_law.json"  # written by experiments.scaling.lr_law
+STDLIB_TOKENS = 8.0e6  # python_stdlib's train split: ~9M bytes in all, byte tokens
 
 
 def _isoflop(s):
@@ -38,27 +67,126 @@ def _random(s):
                 "opt.weight_decay=choice(0.0,0.1)")
 
 
-DESIGNS = {"isoflop": _isoflop, "tokens": _tokens, "lr": _lr, "random": _random}
+def _shape_rule(s):
+  # At least 2 layers and 2 heads, head_dim 16 below d_model 64; sizes count all parameters.
+  s.update(kind="scaling", size_convention="total", min_layers=2, min_heads=2,
+           small_head_dim=16, head_dim=32, min_steps=500, eval_tokens=100_000, eval_points=4)
+
+
+def _corrected_settings(config):
+  """Porian et al.'s corrections: total-parameter FLOPs, warmup = N tokens, beta2 0.99."""
+  s = config.sweep
+  s.update(flops_convention="total", warmup_tokens_per_param=1.0)
+  config.opt.b2 = 0.99  # fixed, not tuned (Porian et al.: 0.99 at small batch)
+
+
+def _old_settings(config, flops="non_embedding", warmup=False):
+  s = config.sweep
+  s.update(flops_convention=flops, warmup_tokens_per_param=1.0 if warmup else 0.0,
+           lr_law="")
+  config.opt.lr, config.opt.b2, config.opt.warmup_steps = 3e-3, 0.95, 50
+
+
+def _lr_sweep(config):
+  _shape_rule(config.sweep)
+  _corrected_settings(config)
+  # Three sizes, each at the batch the main grid gives the budget where it is near optimal.
+  config.sweep.update(sizes="3.5e4,1.39e5,3.5e5", tokens_per_param=20.0, batch_by="size",
+                      batch_sizes="4,16,16", lrs="1e-3,2e-3,4e-3,8e-3,1.6e-2")
+
+
+def _corrected(config):
+  _shape_rule(config.sweep)
+  _corrected_settings(config)
+  config.sweep.update(sizes=LADDER, budgets=BUDGETS, batch_sizes=BATCHES, window=0.5,
+                      tokens_per_param_prior=20.0, seeds=3, seed_sizes=3, lr_law=LR_LAW)
+
+
+def _ablation(config, flops="non_embedding", warmup=False):
+  _corrected(config)
+  config.sweep.update(seeds=1)  # the corrected grid's models and budgets, one seed
+  _old_settings(config, flops, warmup)
+
+
+def _stdlib(config):
+  _corrected(config)
+  # Data-limited: budgets whose smallest model would see the corpus > 4 times are pruned.
+  config.sweep.update(budgets="3e11,1e12,3e12,1e13", batch_sizes="4,8,16,16", seeds=1,
+                      dataset_tokens=STDLIB_TOKENS, max_epochs=4.0)
+
+
+def _gpu(config):
+  # Budgets 1e17..1e19, sizes 5M..1B (total), seq_len 1024, head_dim 64; batch in sequences
+  # of 1024 tokens per budget. Meant for launch/slurm.py and launch/tpu_vm.sh.
+  _shape_rule(config.sweep)
+  _corrected_settings(config)
+  config.data.seq_len = 1024
+  config.model.max_len = 1024
+  config.sweep.update(
+      sizes=",".join(f"{5e6 * 10 ** (0.2 * k):.3g}" for k in range(12)) + ",1e9",
+      budgets="1e17,3e17,1e18,3e18,1e19", batch_sizes="64,128,256,256,512", head_dim=64,
+      aspect_ratio=64.0, window=0.5, seeds=1, eval_tokens=1_048_576, min_steps=500,
+      lr_law=LR_LAW.replace("scaling_lr", "scaling_lr_gpu"))
+
+
+DESIGNS = {"isoflop": _isoflop, "tokens": _tokens, "lr": _lr, "random": _random,
+           "lr_sweep": _lr_sweep, "corrected": _corrected, "ablation": _ablation,
+           "ablation_flops": lambda c: _ablation(c, "total"),
+           "ablation_warmup": lambda c: _ablation(c, "total", warmup=True),
+           "stdlib": _stdlib, "gpu": _gpu}
+_ORIGINAL = ("isoflop", "tokens", "lr", "random")
+
+
+def _tiny(config, design):
+  config.model.max_len = 32
+  config.data.seq_len = 32
+  if config.data.max_doc_tokens:  # whole documents in 32-token rows
+    config.data.update(max_doc_tokens=32, size="tiny")
+  config.train.batch_size = 4
+  config.train.eval_batches = 1
+  config.train.steps = 20  # grid / random runs; scaling runs get steps from their budget
+  config.train.log_every = config.train.eval_every = config.train.checkpoint_every = 10
+  s = config.sweep
+  if design in _ORIGINAL:
+    if s.kind == "scaling":
+      s.update(sizes="2e4,5e4,1e5", budgets="2e9", tokens="", min_steps=5)
+    return
+  s.update(min_steps=5, eval_tokens=256, dataset_tokens=0.0)
+  if design == "lr_sweep":
+    s.update(sizes="3.5e4,5.55e4", batch_sizes="4,4", lrs="1e-3,4e-3", tokens_per_param=2.0)
+    return
+  # Two budgets of three sizes; one seed pair; a literal lr law (no lr sweep to read).
+  s.update(sizes="3.5e4,5.55e4,8.79e4", budgets="2e9,4e9", batch_sizes="4,4", window=0.0,
+           seeds=2 if design == "corrected" else 1, seed_sizes=1,
+           lr_law="" if design.startswith("ablation") else "0.1,-0.3")
+  if design == "gpu":
+    s.update(head_dim=32, aspect_ratio=32.0, eval_tokens=256)
 
 
 def get_config(arg: str | None = None):
   from configs import lm
   from transformer import schema as common  # lazily: configs.lm pulls in the data pipeline
 
-  args = common.parse_args(arg, design="isoflop", dataset="grammar_corpus", tiny=False)
+  args = common.parse_args(arg, design="isoflop", dataset="", tiny=False, doc_sentences="")
   if args.design not in DESIGNS:
     raise ValueError(f"unknown design {args.design!r}; valid: {sorted(DESIGNS)}")
-  config = lm.get_config(f"dataset={args.dataset}")
+  dataset = args.dataset or ("python_stdlib" if args.design == "stdlib" else "grammar_corpus")
+  config = lm.get_config(f"dataset={dataset}")
   config.sweep = sweep.default_config()
-  DESIGNS[args.design](config.sweep)
   config.opt.warmup_steps = 50  # each scaling run caps this at a tenth of its steps
+  design = DESIGNS[args.design]
+  if args.design in _ORIGINAL:
+    design(config.sweep)
+  else:
+    design(config)
+  if dataset == "grammar_corpus" and args.design not in _ORIGINAL:
+    # Rows hold whole documents, so the loss floor E* is exact (transformer/data/
+    # grammar_floor.py): one-sentence documents, the 0.7% longer than a row redrawn (Z is
+    # exact too). medium: 5e5 documents, ~2.3e7 tokens, so the largest budget's smallest
+    # model reads its data ~1.3 times.
+    config.data.update(doc_sentences="1,1", max_doc_tokens=config.data.seq_len, size="medium")
+  if args.doc_sentences:
+    config.data.doc_sentences = args.doc_sentences
   if args.tiny:
-    config.model.max_len = 32
-    config.data.seq_len = 32
-    config.train.batch_size = 4
-    config.train.eval_batches = 1
-    config.train.steps = 20  # grid / random runs; scaling runs get steps from their budget
-    config.train.log_every = config.train.eval_every = config.train.checkpoint_every = 10
-    if config.sweep.kind == "scaling":
-      config.sweep.update(sizes="2e4,5e4,1e5", budgets="2e9", tokens="", min_steps=5)
+    _tiny(config, args.design)
   return config

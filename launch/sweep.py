@@ -8,9 +8,14 @@ A sweep is the `sweep` sub-dict of a config (`default_config()` below is its sch
   kind="scaling"  sizes="1e5,3e5,1e6" (target non-embedding params) and either
                   budgets="1e13,3e13" (IsoFLOP, training FLOPs) or tokens="2e6,8e6"
 
+                  or tokens_per_param=20 (D = 20 N), with lrs="1e-3,2e-3" an lr axis
 A scaling run gets its shape from experiments/scaling/shapes.py and its steps from
 C = flops_per_token * tokens (tokens = steps * batch_size * seq_len), so budgets are exact up
-to the rounding of steps. Every run is `transformer.train` with `--config.KEY=VALUE` overrides
+to the rounding of steps; sweep.flops_convention says whether C counts non-embedding
+(Kaplan, the default) or total parameters (Chinchilla / Porian), and every run records both
+(`flops`, `flops_total`). The corrected study's keys (batch per budget, a window around the
+predicted optimum, seeds, lr law, warmup in tokens per parameter, eval tokens, data-limited
+pruning) are in default_config(); their defaults keep the original behaviour. Every run is `transformer.train` with `--config.KEY=VALUE` overrides
 in DIR/<name>/, where the name is made from the values that vary, so re-declaring the same
 sweep finds the same directories.
 
@@ -50,6 +55,27 @@ def default_config() -> ml_collections.ConfigDict:
       min_steps=20,  # IsoFLOP points that would train for fewer steps are dropped
       min_tokens_per_param=0.0,  # ... and those outside this range of D / N (0: no bound)
       max_tokens_per_param=0.0,
+      # --- the corrected study (Porian et al. 2024); the defaults keep the original design ---
+      size_convention="non_embedding",  # what `sizes` count: non_embedding | total
+      flops_convention="non_embedding",  # C per token of `budgets`: non_embedding | total
+      min_layers=1,  # shape rule: at least this many layers ...
+      min_heads=1,  # ... and heads
+      small_head_dim=0,  # head_dim below d_model 64 (0: head_dim throughout)
+      batch_sizes="",  # one batch size (sequences) per budget, same order; "": train.batch_size
+      batch_by="budget",  # batch_sizes are per budget, or per size (same order as sizes)
+      window=0.0,  # > 0: per budget only sizes within +-window decades of the predicted optimum
+      max_sizes=0,  # > 0: at most this many sizes per budget, the nearest the predicted optimum
+      tokens_per_param_prior=20.0,  # predicted optimum: D/N = this, so N = sqrt(C / (6 r))
+      seeds=1,  # train.seed = 0 .. seeds-1 ...
+      seed_sizes=0,  # ... at the seed_sizes sizes nearest each budget's predicted optimum (0: all)
+      lrs="",  # a learning-rate axis: every (size, budget) at each of these opt.lr
+      tokens_per_param=0.0,  # > 0: D = this x N (the lr sweep's ~20), instead of budgets/tokens
+      lr_law="",  # "COEF,EXPONENT" or a json {coef, exponent}: opt.lr = COEF * N^EXPONENT
+      warmup_tokens_per_param=0.0,  # > 0: warmup = this x N tokens, capped at 10% of the run
+      eval_tokens=0,  # > 0: train.eval_batches covers at least this many tokens
+      eval_points=10,  # evaluations (and checkpoints) per run
+      dataset_tokens=0.0,  # > 0: budgets whose runs would see more than max_epochs x this ...
+      max_epochs=4.0,  # ... tokens are pruned (data-limited corpora: python_stdlib)
   ))
 
 
@@ -159,54 +185,184 @@ def _random(config, sweep) -> list[dict]:
   return runs
 
 
+def _lr_law(text: str):
+  """(coef, exponent, convention) from "COEF,EXPONENT" or a json written by
+  experiments/scaling/lr_law.py; None for ""."""
+  if not text:
+    return None
+  if text.endswith(".json"):
+    if not os.path.exists(text):
+      raise ValueError(f"sweep.lr_law: {text} does not exist; run the learning-rate sweep and "
+                       f"`python -m experiments.scaling.lr_law` first (experiments/scaling/"
+                       f"README.md), or give --config.sweep.lr_law=COEF,EXPONENT")
+    with open(text) as f:
+      law = json.load(f)
+    return float(law["coef"]), float(law["exponent"]), law.get("convention")
+  parts = [p for p in text.split(",") if p.strip()]
+  if len(parts) != 2:
+    raise ValueError(f"sweep.lr_law must be 'COEF,EXPONENT' or a .json path, got {text!r}")
+  return float(parts[0]), float(parts[1]), None
+
+
+def _predicted_optimum(budget: float, ratio: float) -> float:
+  return math.sqrt(budget / (6 * ratio))  # C = 6 N D, D = ratio N
+
+
 def _scaling(config, sweep) -> list[dict]:
   if sweep.axes:
     raise ValueError("sweep.axes is for grid/random sweeps; a scaling sweep takes sizes and "
                      "budgets or tokens")
   sizes = _numbers(sweep.sizes, "sizes")
-  if bool(sweep.budgets) == bool(sweep.tokens):
-    raise ValueError("a scaling sweep needs exactly one of sweep.budgets (FLOPs) and "
-                     "sweep.tokens")
+  by_ratio = bool(sweep.get("tokens_per_param", 0))
+  if by_ratio + bool(sweep.budgets) + bool(sweep.tokens) != 1:
+    raise ValueError("a scaling sweep needs exactly one of sweep.budgets (FLOPs), "
+                     "sweep.tokens and sweep.tokens_per_param")
   isoflop = bool(sweep.budgets)
-  targets = _numbers(sweep.budgets if isoflop else sweep.tokens,
-                     "budgets" if isoflop else "tokens")
-  seq_len, batch = config.data.seq_len, config.train.batch_size
-  tokens_per_step = batch * seq_len
-  runs = []
+  targets = ([sweep.tokens_per_param] if by_ratio else
+             _numbers(sweep.budgets if isoflop else sweep.tokens,
+                      "budgets" if isoflop else "tokens"))
+  get = lambda key, default: sweep.get(key, default)
+  size_conv, flops_conv = get("size_convention", "non_embedding"), get("flops_convention",
+                                                                       "non_embedding")
+  for what, value in (("size_convention", size_conv), ("flops_convention", flops_conv)):
+    if value not in shapes.FLOPS_CONVENTIONS:
+      raise ValueError(f"sweep.{what} must be one of {sorted(shapes.FLOPS_CONVENTIONS)}, "
+                       f"got {value!r}")
+  per_size = get("batch_by", "budget") == "size"
+  if get("batch_by", "budget") not in ("budget", "size"):
+    raise ValueError(f"sweep.batch_by must be budget or size, got {get('batch_by', '')!r}")
+  batches = [int(b) for b in _numbers(get("batch_sizes", ""), "batch_sizes")] \
+      if get("batch_sizes", "") else [config.train.batch_size] * (len(sizes) if per_size
+                                                                    else len(targets))
+  if len(batches) != (len(sizes) if per_size else len(targets)):
+    raise ValueError(f"sweep.batch_sizes gives {len(batches)} batch sizes for "
+                     f"{len(sizes) if per_size else len(targets)} "
+                     f"{'sizes' if per_size else 'budgets'}; give one per "
+                     f"{get('batch_by', 'budget')}")
+  size_batch = dict(zip(sizes, batches)) if per_size else {}
+  if per_size:
+    batches = [None] * len(targets)
+  lrs = _numbers(get("lrs", ""), "lrs") if get("lrs", "") else [None]
+  law = _lr_law(get("lr_law", ""))
+  if law and law[2] and law[2] != size_conv:
+    raise ValueError(f"sweep.lr_law was fitted on {law[2]} parameters but the sweep counts "
+                     f"{size_conv}")
+  seq_len = config.data.seq_len
+  vocab = config.model.get("vocab_size", 0)
+  tie = config.model.get("tie_embeddings", True)
+  models = {}
   for size in sizes:
-    shape = shapes.shape_for_size(size, aspect_ratio=sweep.aspect_ratio,
-                                  head_dim=sweep.head_dim, ffn_ratio=sweep.ffn_ratio)
+    shape = shapes.shape_for_size(
+        size, aspect_ratio=sweep.aspect_ratio, head_dim=sweep.head_dim,
+        ffn_ratio=sweep.ffn_ratio, min_layers=get("min_layers", 1),
+        min_heads=get("min_heads", 1), small_head_dim=get("small_head_dim", 0),
+        count=size_conv, vocab_size=vocab if size_conv == "total" else 0, tie_embeddings=tie)
     model = config.model.to_dict() | shape
-    counts = shapes.param_counts(model)
-    per_token = shapes.flops_per_token(model, seq_len)
-    for target in targets:
-      tokens = target / per_token if isoflop else target
+    models[size] = (shape, shapes.param_counts(model),
+                    {c: shapes.flops_per_token(model, seq_len, c)
+                     for c in shapes.FLOPS_CONVENTIONS})
+  runs = []
+  for target, budget_batch in zip(targets, batches):
+    chosen = list(sizes)
+    if isoflop and get("window", 0):
+      centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0))
+      chosen = [n for n in chosen if abs(math.log10(n / centre)) <= get("window", 0) + 1e-9]
+    if isoflop and get("max_sizes", 0):
+      centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0))
+      keep = sorted(chosen, key=lambda n: abs(math.log(n / centre)))[:get("max_sizes", 0)]
+      chosen = [n for n in chosen if n in keep]
+    centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0)) if isoflop else 0
+    seeded = sorted(chosen, key=lambda n: abs(math.log(n / centre)) if centre else 0)
+    seeded = set(seeded[:get("seed_sizes", 0)] if get("seed_sizes", 0) else seeded)
+    budget_runs = []
+    for size in chosen:
+      shape, counts, per_token = models[size]
+      batch = size_batch.get(size, budget_batch)
+      tokens_per_step = batch * seq_len
+      n = counts[size_conv]
+      if isoflop:
+        tokens = target / per_token[flops_conv]
+      elif by_ratio:
+        tokens = target * n
+      else:
+        tokens = target
       steps = max(1, round(tokens / tokens_per_step))
-      ratio = steps * tokens_per_step / counts["non_embedding"]
+      ratio = steps * tokens_per_step / n
       if isoflop and (steps < sweep.min_steps
                       or (sweep.min_tokens_per_param and ratio < sweep.min_tokens_per_param)
                       or (sweep.max_tokens_per_param and ratio > sweep.max_tokens_per_param)):
         continue
       overrides = {f"model.{k}": v for k, v in shape.items()}
       overrides["train.steps"] = steps
-      # Short runs still log, evaluate and checkpoint ~10 times, so every run has a loss
-      # curve for the compute frontier and an interrupted one loses little.
+      if get("batch_sizes", ""):
+        overrides["train.batch_size"] = batch
+      # Short runs still log, evaluate and checkpoint ~eval_points times, so every run has a
+      # loss curve for the compute frontier and an interrupted one loses little.
+      points = max(1, get("eval_points", 10))
       for key in ("log_every", "eval_every", "checkpoint_every"):
         if key in config.train:
-          overrides[f"train.{key}"] = max(1, min(config.train[key], steps // 10))
-      if "warmup_steps" in config.get("opt", {}):
+          overrides[f"train.{key}"] = max(1, min(config.train[key], steps // points))
+      if get("eval_tokens", 0):
+        overrides["train.eval_batches"] = math.ceil(get("eval_tokens", 0) / tokens_per_step)
+      if get("warmup_tokens_per_param", 0):
+        # Porian et al. 2024: warmup ~ N tokens; never more than a tenth of the run.
+        warm = round(get("warmup_tokens_per_param", 0) * n / tokens_per_step)
+        overrides["opt.warmup_steps"] = max(1, min(warm, steps // 10))
+      elif "warmup_steps" in config.get("opt", {}):
         overrides["opt.warmup_steps"] = min(config.opt.warmup_steps, max(1, steps // 10))
-      label = {"N": _short(size), ("C" if isoflop else "D"): _short(target)}
-      runs.append(dict(
-          name=run_name(label), overrides=overrides, target_size=size,
-          budget=target if isoflop else None,  # the IsoFLOP curve this run belongs to
-          params_non_embedding=counts["non_embedding"], params_total=counts["total"],
-          tokens=steps * tokens_per_step, flops_per_token=per_token,
-          flops=steps * tokens_per_step * per_token))
+      tokens = steps * tokens_per_step
+      label = {"N": _short(size)}
+      if isoflop:
+        label["C"] = _short(target)
+      elif by_ratio:
+        label["D/N"] = _short(target)
+      else:
+        label["D"] = _short(target)
+      for lr in lrs:
+        run_overrides = dict(overrides)
+        lr_label = dict(label)
+        if lr is not None:
+          run_overrides["opt.lr"] = lr
+          lr_label["lr"] = _short(lr)
+        elif law:
+          run_overrides["opt.lr"] = float(f"{law[0] * n ** law[1]:.4g}")
+        for seed in range(get("seeds", 1) if size in seeded else 1):
+          seed_overrides, name = dict(run_overrides), dict(lr_label)
+          if get("seeds", 1) > 1:
+            seed_overrides["train.seed"] = seed
+            if seed:
+              name["seed"] = seed
+          budget_runs.append(dict(
+              name=run_name(name), overrides=seed_overrides, target_size=size,
+              budget=target if isoflop else None,  # the IsoFLOP curve this run belongs to
+              seed=seed, batch_size=batch, size_convention=size_conv,
+              flops_convention=flops_conv,
+              params_non_embedding=counts["non_embedding"], params_total=counts["total"],
+              tokens=tokens, flops_per_token=per_token["non_embedding"],
+              flops=tokens * per_token["non_embedding"],
+              flops_per_token_total=per_token["total"], flops_total=tokens * per_token["total"]))
+    if get("dataset_tokens", 0) and budget_runs:
+      most = max(r["tokens"] for r in budget_runs)
+      if most > get("max_epochs", 4.0) * get("dataset_tokens", 0):
+        # A curve whose small models repeat the data more than max_epochs times measures
+        # memorization, not scaling: the whole budget goes (see pruned_budgets()).
+        continue
+    runs += budget_runs
+  runs.sort(key=lambda r: sizes.index(r["target_size"]))  # size-major, as always (stable)
   if not runs:
     raise ValueError("the scaling design is empty: every (size, budget) pair trains for fewer "
-                     "than sweep.min_steps steps or falls outside the tokens-per-param range")
+                     "than sweep.min_steps steps, falls outside the tokens-per-param range, or "
+                     "repeats the data more than sweep.max_epochs times")
   return runs
+
+
+def pruned_budgets(config) -> list[float]:
+  """Budgets of a scaling sweep that expand() drops for repeating the data too often."""
+  sweep = config.sweep
+  if sweep.kind != "scaling" or not sweep.budgets or not sweep.get("dataset_tokens", 0):
+    return []
+  kept = {r["budget"] for r in expand(config)}
+  return [b for b in _numbers(sweep.budgets, "budgets") if b not in kept]
 
 
 KINDS = {"grid": _grid, "random": _random, "scaling": _scaling}
@@ -301,8 +457,10 @@ def write_sweep_json(workdir: str, config, runs: list[dict], command: list[str])
   path = os.path.join(workdir, "sweep.json")
   os.makedirs(workdir, exist_ok=True)
   record = dict(sweep=config.sweep.to_dict(), command=command, runs=runs,
-                flops_convention="6 * params_non_embedding + 6 * num_layers * seq_len * "
-                                 "num_heads * head_dim per token (experiments/scaling/shapes.py)")
+                flops_convention=shapes.FLOPS_CONVENTIONS["non_embedding"] + " (runs' `flops`)",
+                flops_conventions=shapes.FLOPS_CONVENTIONS,
+                budgets_convention=config.sweep.get("flops_convention", "non_embedding")
+                if config.sweep.kind == "scaling" else None)
   if os.path.exists(path):
     with open(path) as f:
       earlier = json.load(f)

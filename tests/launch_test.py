@@ -163,9 +163,14 @@ _INSPECT = textwrap.dedent("""
     for model in json.loads(sys.argv[1]):
       cfg = schema.model_config(**model)
       counts = model_stats.count_params(cfg)
+      terms = model_stats.flops_per_token(cfg, 256)
       out.append(dict(total=counts["total"], non_embedding=counts["non_embedding"],
-                      inspect_flops=model_stats.flops_per_token(cfg, 256)["total"],
-                      train_flops=throughput.flops_per_token(cfg, 256, counts["non_embedding"])))
+                      inspect_flops=terms["total"],
+                      train_flops=throughput.flops_per_token(cfg, 256, counts["non_embedding"]),
+                      inspect_flops_total=terms["total_params_convention"],
+                      train_flops_total=throughput.flops_per_token(
+                          cfg, 256, counts["non_embedding"], counts["total"],
+                          convention="total")))
     print(json.dumps(out))
 """)
 
@@ -177,6 +182,11 @@ def test_counts_and_flops_match_the_model_code():
   for target, ffn, kv, window in ((1e5, "gelu", 0, 0), (1e6, "swiglu", 1, 0),
                                   (3e6, "gelu", 0, 64)):
     models.append(dict(shapes.shape_for_size(target), ffn=ffn, num_kv_heads=kv, window=window))
+  # The corrected rule's smallest shapes (head_dim 16 below d_model 64), untied head too.
+  for target, tie in ((3.5e4, True), (1.39e5, False)):
+    models.append(dict(shapes.shape_for_size(target, min_layers=2, min_heads=2,
+                                             small_head_dim=16, count="total",
+                                             vocab_size=260), tie_embeddings=tie))
   # A subprocess: transformer.inspect defines absl flags that clash with transformer.train's.
   proc = subprocess.run([sys.executable, "-c", _INSPECT, json.dumps(models)], cwd=ROOT,
                         capture_output=True, text=True, timeout=300)
@@ -187,6 +197,11 @@ def test_counts_and_flops_match_the_model_code():
     got = shapes.param_counts(cfg)
     assert (got["total"], got["non_embedding"]) == (want["total"], want["non_embedding"])
     assert shapes.flops_per_token(cfg, 256) == want["inspect_flops"] == want["train_flops"]
+    assert shapes.flops_per_token(cfg, 256, "total") == want["inspect_flops_total"] == \
+        want["train_flops_total"]
+    # The two conventions differ by exactly the embedding / output-projection parameters.
+    assert want["inspect_flops_total"] - want["inspect_flops"] == \
+        6 * (want["total"] - want["non_embedding"])
 
 
 def test_scaling_config_builds_every_design():
@@ -195,7 +210,9 @@ def test_scaling_config_builds_every_design():
     configs = {d: scaling.get_config(f"design={d},tiny=true") for d in scaling.DESIGNS}
   except ImportError as e:
     pytest.skip(f"configs.lm not importable yet: {e}")
-  assert [len(sweep.expand(c)) for c in configs.values()] == [3, 3, 8, 8]
+  assert [len(sweep.expand(configs[d])) for d in ("isoflop", "tokens", "lr", "random")] == \
+      [3, 3, 8, 8]
+  assert all(sweep.expand(c) for c in configs.values())
   with pytest.raises(ValueError, match="valid: .*isoflop"):
     scaling.get_config("design=fast")
 
@@ -339,7 +356,8 @@ def test_real_tiny_sweep_end_to_end(tmp_path):
     with open(os.path.join(workdir, r["name"], "summary.json")) as f:
       summary = json.load(f)
     # The planner's counts are the trainer's counts.
-    for key in ("params_total", "params_non_embedding", "tokens", "flops_per_token", "flops"):
+    for key in ("params_total", "params_non_embedding", "tokens", "flops_per_token", "flops",
+                "flops_per_token_total", "flops_total"):
       assert summary[key] == r[key], key
     assert summary["step"] == r["overrides"]["train.steps"]
   proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -6,18 +6,18 @@ from absl import logging
 from configs import extrapolation as ex_cfg, probes as pr_cfg
 from experiments.extrapolation import run as ex
 from experiments.probes import run as pr
-from transformer import train, checkpoint
-from transformer.scoring import Scorer
-from absl import flags; flags.FLAGS(["timing"]); train.configure_host(); logging.set_verbosity(logging.ERROR)
+from transformer.training import loop, checkpoint
+from transformer.inference.scoring import Scorer
+from absl import flags; flags.FLAGS(["timing"]); loop.configure_host(); logging.set_verbosity(logging.ERROR)
 out = {}
 base = "/tmp/wtp/timing"; shutil.rmtree(base, ignore_errors=True)
 def time_train(cfg, name, steps):
   cfg.train.steps = steps; cfg.train.log_every = steps; cfg.train.eval_every = steps
   cfg.train.checkpoint_every = steps; cfg.train.eval_batches = 1
   d = os.path.join(base, name)
-  t = time.time(); train.train_and_evaluate(cfg, d); t1 = time.time() - t
+  t = time.time(); loop.train_and_evaluate(cfg, d); t1 = time.time() - t
   cfg.train.steps = 2 * steps
-  shutil.rmtree(d); t = time.time(); train.train_and_evaluate(cfg, d); t2 = time.time() - t
+  shutil.rmtree(d); t = time.time(); loop.train_and_evaluate(cfg, d); t2 = time.time() - t
   per_step = (t2 - t1) / steps  # the difference cancels compile, data building and eval
   out[name] = {"s_per_step": per_step}
   print(name, out[name], flush=True)

@@ -82,27 +82,42 @@ def plot_isoflop(path, runs, iso, excluded=None):
       ax.plot(excluded["N"][sel], excluded["L"][sel], "o", mfc="none",
               mec=colors.get(b, "gray"), mew=1.2)
     ax.plot([], [], "o", mfc="none", mec="gray", label="left out of the fits")
-  curves = {c["C"]: c for c in iso.get("curves", [])}
+  curves = {c["C"]: c for c in iso.get("curves", []) if "coef" in c}
   for b in budgets:
     sel = runs["budget"] == b
-    order = np.argsort(runs["N"][sel])
-    ax.plot(runs["N"][sel][order], runs["L"][sel][order], "o", color=colors[b],
-            label=f"C = {b:.2g} FLOPs".replace("e+", "e"))
+    sizes = np.unique(runs["N"][sel])
+    # Seeds: the mean, with the standard deviation over seeds as the error bar.
+    mean = np.array([runs["L"][sel][runs["N"][sel] == n].mean() for n in sizes])
+    std = np.array([runs["L"][sel][runs["N"][sel] == n].std(ddof=1)
+                    if (runs["N"][sel] == n).sum() > 1 else 0.0 for n in sizes])
+    ax.errorbar(sizes, mean, yerr=std, fmt="o", color=colors[b], ms=5, capsize=2,
+                label=f"C = {b:.2g} FLOPs".replace("e+", "e"))
     if b in curves:
       c = curves[b]
-      x = np.linspace(np.log10(runs["N"][sel].min()) - 0.1, np.log10(runs["N"][sel].max()) + 0.1)
+      pts = c.get("points") or runs["N"][sel]
+      x = np.linspace(np.log10(min(pts)) - 0.1, np.log10(max(pts)) + 0.1)
       ax.plot(10 ** x, np.polyval(c["coef"], x), "-", color=colors[b], lw=1.2)
-      if c["inside"]:
+      if c.get("inside"):
+        ci = c.get("ci", {}).get("N_opt")
+        if ci and None not in ci and np.all(np.isfinite(ci)):
+          ax.errorbar([c["N_opt"]], [c["L_opt"]],
+                      xerr=[[max(c["N_opt"] - ci[0], 0)], [max(ci[1] - c["N_opt"], 0)]],
+                      fmt="none",
+                      ecolor=colors[b], elinewidth=2, capsize=4)
         ax.plot(c["N_opt"], c["L_opt"], "*", color=colors[b], ms=14, mec="black", mew=0.6)
   ax.plot([], [], "*", color="gray", ms=12, mec="black", mew=0.6,
-          label="parabola minimum (inside the sizes)")
+          label="local parabola minimum, 95% interval")
   ax.set(xscale="log", xlabel=_params_label(runs), ylabel=_LOSS, title="IsoFLOP curves")
   ax.grid(True, which="both", alpha=0.3)
   ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
   return _save(fig, path)
 
 
-def plot_optimal(path, iso, chin):
+# Hoffmann et al. 2022, eq. 10 (approach 3): the published Chinchilla law, for reference.
+CHINCHILLA = dict(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
+
+
+def plot_optimal(path, iso, chin, chin_fixed=None, E_star=None):
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
   curves = iso.get("curves", [])
   cs = np.array([c["C"] for c in curves])
@@ -112,16 +127,29 @@ def plot_optimal(path, iso, chin):
     c_line = np.geomspace(min(opt) / 3, max(opt) * 3)
   for ax, key, exp, coef, what in ((axes[0], "N_opt", "a", "N_coef", "parameters"),
                                    (axes[1], "D_opt", "b", "D_coef", "tokens")):
-    inside = [c for c in curves if c["inside"]]
+    inside = [c for c in curves if c.get("inside") and key in c and  # as fit._power_laws
+              c.get("sizes_left", 1) >= 1 and c.get("sizes_right", 1) >= 1]
     if inside:
-      ax.plot([c["C"] for c in inside], [c[key] for c in inside], "o", color="C0",
-              label="IsoFLOP minima (approach 2)")
+      xs = np.array([c.get("C_opt", c["C"]) for c in inside])
+      ys = np.array([c[key] for c in inside])
+      err = np.array([c.get("ci", {}).get(key) or [y, y] for c, y in zip(inside, ys)],
+                     dtype=float)
+      err = np.nan_to_num(err, nan=0.0)
+      ax.errorbar(xs, ys, yerr=[np.maximum(ys - err[:, 0], 0), np.maximum(err[:, 1] - ys, 0)],
+                  fmt="o", color="C0", capsize=3, label="IsoFLOP minima (approach 2), 95%")
     if exp in iso:
       ax.plot(c_line, iso[coef] * c_line ** iso[exp], "-", color="C0",
               label=f"fit: {key} ∝ C^{iso[exp]:.3f}")
     if np.isfinite(chin.get(exp, np.nan)) and c_line is not None:
       ax.plot(c_line, fit.compute_optimal(chin, c_line)[key], "--", color="C3",
-              label=f"L(N, D) fit (approach 3): C^{chin[exp]:.3f}")
+              label=f"L(N, D) fit (approach 3, E free): C^{chin[exp]:.3f}")
+    if chin_fixed and np.isfinite(chin_fixed.get(exp, np.nan)) and c_line is not None:
+      ax.plot(c_line, fit.compute_optimal(chin_fixed, c_line)[key], ":", color="C2",
+              label=f"approach 3, E = E* = {E_star:.3g}: C^{chin_fixed[exp]:.3f}")
+    if c_line is not None:
+      ax.plot(c_line, fit.compute_optimal(CHINCHILLA, c_line)[key], "-", color="0.6", lw=0.8,
+              label=f"Chinchilla (Hoffmann et al. eq. 10): C^"
+                    f"{fit._with_exponents(CHINCHILLA)[exp]:.3f}")
     ax.set(xscale="log", yscale="log", xlabel="training compute C (FLOPs)",
            ylabel=f"compute-optimal {what} {key}", title=f"{key} vs compute")
     ax.grid(True, which="both", alpha=0.3)
@@ -220,7 +248,8 @@ def plot_all(workdir: str, runs: dict, result: dict, excluded: dict | None = Non
   runs = dict(runs, params=result.get("params"))
   out.append(plot_isoflop(os.path.join(workdir, "isoflop.png"), runs, iso, excluded))
   if "a" in iso or np.isfinite(chin.get("a", np.nan)):
-    out.append(plot_optimal(os.path.join(workdir, "optimal.png"), iso, chin))
+    out.append(plot_optimal(os.path.join(workdir, "optimal.png"), iso, chin,
+                            result.get("chinchilla_fixed_E"), result.get("E_star")))
   out.append(plot_frontier(os.path.join(workdir, "frontier.png"), runs, result["kaplan"],
                            result["frontier"]))
   if "alpha" in chin:

@@ -13,6 +13,9 @@ The shape rule (one knob per choice, so a sweep is reproducible from its sizes a
 Kaplan et al. 2020 (fig. 5) find loss nearly flat in R over 20..200 at fixed N, so R is a
 convenience, not a tuned value.
 
+The corrected rule (min_layers=2, min_heads=2, small_head_dim=16, count="total"; see
+shape_for_size) is what configs/scaling.py's corrected designs use.
+
 Counting convention (pre-LN decoder, no biases, RMSNorm scales only, tied embeddings):
   non-embedding = L * (attention + feed-forward + 2 d) + d
     attention = d * H * hd (q) + 2 * d * Hkv * hd (k, v) + H * hd * d (o)
@@ -20,12 +23,15 @@ Counting convention (pre-LN decoder, no biases, RMSNorm scales only, tied embedd
   total = non-embedding + V * d (+ V * d again when the output head is untied)
 FLOPs per token (training = 3x forward, forward = 2 FLOPs per multiply-add):
   6 * N_non_embedding + 6 * L * T * H * hd,   T = min(seq_len, window)
-the convention of transformer/throughput.py (which the trainer writes into summary.json) and
-transformer/inspect.py; tests/launch_test.py checks all three agree. Scores and the weighted
+the convention of transformer/training/throughput.py (which the trainer writes into summary.json) and
+transformer/analysis/model_stats.py; tests/launch_test.py checks all three agree. Scores and the weighted
 sum each cost 2 T d_attn per token forward, 12 T d_attn for training, halved for the causal
 mask (PaLM, appendix B); numerically it equals Kaplan et al.'s 6N + 6 L n_ctx d_attn. The
-vocabulary projection is left out with the embeddings. Kept here without jax so sweeps can be
-planned (and fits run) without loading the model code.
+vocabulary projection is left out with the embeddings. That is the "non_embedding" convention;
+the "total" one (Chinchilla, Porian et al. 2024) is 6 * N_total + the same attention term, so
+with tied embeddings it adds the output projection's 6 V d (FLOPS_CONVENTIONS; summary.json
+`flops_total`). Kept here without jax so sweeps can be planned (and fits run) without loading
+the model code.
 """
 
 import math
@@ -33,25 +39,65 @@ import math
 _FFN_MATRICES = {"relu": 2, "gelu": 2, "gelu_tanh": 2, "swiglu": 3, "geglu": 3}
 
 
+def _widths(ideal: float, head_dim: int, small_head_dim: int, min_heads: int) -> list[tuple]:
+  """(width, head_dim) candidates around `ideal`: multiples of head_dim, and below d_model 64
+  (with small_head_dim) multiples of small_head_dim, each with at least min_heads heads."""
+  options = set()
+  for hd in {head_dim} | ({small_head_dim} if small_head_dim else set()):
+    low = max(min_heads, math.floor(ideal / hd))
+    for heads in (low - 1, low, low + 1, low + 2):
+      width = heads * hd
+      if heads < min_heads or (hd == small_head_dim != head_dim and width >= 64):
+        continue
+      if hd == head_dim and small_head_dim and width < 64:
+        continue  # below 64 the small head_dim is the rule
+      options.add((width, hd))
+  return sorted(options)
+
+
 def shape_for_size(target: float, *, aspect_ratio: float = 32.0, head_dim: int = 32,
-                   ffn_ratio: int = 4) -> dict:
-  """Decoder shape (config.model overrides) whose non-embedding count is near `target`."""
+                   ffn_ratio: int = 4, min_layers: int = 1, min_heads: int = 1,
+                   small_head_dim: int = 0, count: str = "non_embedding",
+                   vocab_size: int = 0, tie_embeddings: bool = True) -> dict:
+  """Decoder shape (config.model overrides) whose `count` parameters are near `target`.
+
+  The defaults are the original rule (one layer and one head allowed, head_dim 32
+  throughout, sizes as non-embedding counts). The corrected study (configs/scaling.py) uses
+  min_layers=2, min_heads=2, small_head_dim=16 (head_dim 16 below d_model 64, so the smallest
+  model is d_model 32 with two heads) and count="total" (vocab_size given), and searches
+  depths L0-3 .. L0+3 (any shape within 4% of the target
+  goes by the aspect ratio) so the achieved size lands within 10% of the target (tested).
+  """
   if not target > 0:
     raise ValueError(f"target size must be positive, got {target}")
-  if head_dim < 1 or ffn_ratio < 1 or aspect_ratio <= 0:
+  if head_dim < 1 or ffn_ratio < 1 or aspect_ratio <= 0 or min_layers < 1 or min_heads < 1:
     raise ValueError(f"bad shape rule: head_dim={head_dim} ffn_ratio={ffn_ratio} "
-                     f"aspect_ratio={aspect_ratio}")
-  depth = max(1, round((target / (12 * aspect_ratio ** 2)) ** (1 / 3)))
+                     f"aspect_ratio={aspect_ratio} min_layers={min_layers} min_heads={min_heads}")
+  if count not in ("non_embedding", "total"):
+    raise ValueError(f"count must be non_embedding or total, got {count!r}")
+  original = min_layers == 1 and min_heads == 1 and not small_head_dim
+  depth = max(min_layers, round((target / (12 * aspect_ratio ** 2)) ** (1 / 3)))
+  spread = 1 if original else 3
   candidates = []
-  for layers in range(max(1, depth - 1), depth + 2):
-    units = math.sqrt(target / (12 * layers)) / head_dim
-    for heads in {max(1, math.floor(units)), max(1, math.ceil(units))}:
-      width = heads * head_dim
-      shape = dict(d_model=width, num_layers=layers, num_heads=heads, num_kv_heads=0,
-                   head_dim=head_dim, d_ff=ffn_ratio * width)
-      n = param_counts(dict(shape, vocab_size=0, ffn="gelu"))["non_embedding"]
-      candidates.append((abs(math.log(n / target)),
-                         abs(math.log(width / layers / aspect_ratio)), layers, heads, shape))
+  for layers in range(max(min_layers, depth - spread), depth + spread + 1):
+    ideal = math.sqrt(max(target, 1.0) / (12 * layers))
+    if original:
+      units = ideal / head_dim
+      widths = [(h * head_dim, head_dim) for h in {max(1, math.floor(units)),
+                                                    max(1, math.ceil(units))}]
+    else:
+      widths = _widths(ideal, head_dim, small_head_dim, min_heads)
+    for width, hd in widths:
+      shape = dict(d_model=width, num_layers=layers, num_heads=width // hd, num_kv_heads=0,
+                   head_dim=hd, d_ff=ffn_ratio * width)
+      n = param_counts(dict(shape, vocab_size=vocab_size, ffn="gelu",
+                            tie_embeddings=tie_embeddings))[count]
+      miss = abs(math.log(n / target))
+      # The corrected rule takes any shape within 4% of the target by aspect ratio, so
+      # near-ties in size do not pick a 2-layer, very wide model.
+      candidates.append((0.0 if not original and miss < 0.04 else miss,
+                         abs(math.log(width / layers / aspect_ratio)), layers, width,
+                         shape))
   return min(candidates)[-1]
 
 
@@ -81,11 +127,24 @@ def param_counts(model) -> dict:
   return dict(non_embedding=non_embedding, embedding=embedding, total=non_embedding + embedding)
 
 
-def flops_per_token(model, seq_len: int) -> int:
-  """Training FLOPs per token: 6 N_non_embedding + 6 L n_ctx H hd (see module docstring)."""
+FLOPS_CONVENTIONS = {
+    "non_embedding": "6 * params_non_embedding + 6 * num_layers * seq_len * num_heads * "
+                     "head_dim per token (Kaplan et al. 2020; no output projection)",
+    "total": "6 * params_total + 6 * num_layers * seq_len * num_heads * head_dim per token "
+             "(Chinchilla / Porian et al. 2024: N counts the tied embedding = output "
+             "projection, whose matmul costs 6 V d per token)",
+}
+
+
+def flops_per_token(model, seq_len: int, convention: str = "non_embedding") -> int:
+  """Training FLOPs per token: 6 N + 6 L n_ctx H hd, N counted as `convention` says
+  (FLOPS_CONVENTIONS; see the module docstring)."""
+  if convention not in FLOPS_CONVENTIONS:
+    raise ValueError(f"unknown FLOPs convention {convention!r}; valid: "
+                     f"{sorted(FLOPS_CONVENTIONS)}")
   heads = _get(model, "num_heads")
   hd = _get(model, "head_dim", 0) or _get(model, "d_model") // heads
   window = _get(model, "window", 0)
   context = min(seq_len, window) if window else seq_len
   attention = 6 * _get(model, "num_layers") * context * heads * hd
-  return 6 * param_counts(model)["non_embedding"] + attention
+  return 6 * param_counts(model)[convention] + attention

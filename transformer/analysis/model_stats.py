@@ -10,6 +10,8 @@ Conventions:
   * training FLOPs per token = 6 N + 6 n_layers n_ctx d_attn (Kaplan et al. 2020, Table 1:
     forward 2N + 2 n_layer n_ctx d_attn, backward twice that), N non-embedding, d_attn =
     num_heads * head_dim, n_ctx the sequence length; for an encoder-decoder both stacks count;
+    also with N = all parameters (Chinchilla, Porian et al. 2024: the tied output projection
+    is 6 V d per token), as `total_params_convention`;
   * attention comparisons count query-key dot products per head per layer, as the seed does.
 """
 
@@ -86,15 +88,29 @@ def _attention_layers(cfg) -> int:
   return cfg.num_layers
 
 
-def flops_per_token(cfg: ml_collections.ConfigDict, seq_len: int, non_embedding=None) -> dict:
-  """Training FLOPs per token (forward + backward), Kaplan et al.'s convention."""
-  n = count_params(cfg)["non_embedding"] if non_embedding is None else non_embedding
+def flops_per_token(cfg: ml_collections.ConfigDict, seq_len: int, non_embedding=None,
+                    params_total=None) -> dict:
+  """Training FLOPs per token (forward + backward) in both conventions.
+
+  `total` (the key's meaning is unchanged: the sum of the terms) is Kaplan et al.'s
+  6 N_non_embedding + attention; `total_params_convention` is Chinchilla's / Porian et al.'s
+  6 N_total + attention, N_total counting the tied embedding = output projection (whose
+  matmul is 6 V d per token of training).
+  """
+  counts = None
+  if non_embedding is None or params_total is None:
+    counts = count_params(cfg)
+  n = counts["non_embedding"] if non_embedding is None else non_embedding
+  n_total = counts["total"] if params_total is None else params_total
   d_attn = cfg.num_heads * models.head_dim(cfg)
   context = min(seq_len, cfg.window) if cfg.window else seq_len
   attention = 6 * _attention_layers(cfg) * context * d_attn
   return dict(total=6 * n + attention, dense=6 * n, attention=attention,
+              total_params_convention=6 * n_total + attention,
               formula=f"6*N + 6*n_attn_layers*n_ctx*d_attn = 6*{n} + 6*"
-                      f"{_attention_layers(cfg)}*{context}*{d_attn}")
+                      f"{_attention_layers(cfg)}*{context}*{d_attn}",
+              formula_total_params=f"6*N_total + 6*n_attn_layers*n_ctx*d_attn = 6*{n_total}"
+                                   f" + 6*{_attention_layers(cfg)}*{context}*{d_attn}")
 
 
 def kv_cache_bytes(cfg: ml_collections.ConfigDict, length: int, dtype_bytes: int,
@@ -136,8 +152,9 @@ def report(cfg: ml_collections.ConfigDict, length: int | None = None, dtype: str
                      f"(model.max_len={model.max_len}); pass a shorter --length")
   dbytes = DTYPE_BYTES[dtype]
   params = count_params(model)
-  flops = flops_per_token(model, model.max_len, params["non_embedding"])
+  flops = flops_per_token(model, model.max_len, params["non_embedding"], params["total"])
   out = dict(kind=model.kind, params=params, flops_per_token=flops["total"],
+             flops_per_token_total_params=flops["total_params_convention"],
              flops_per_token_terms=flops)
   param_bytes = params["total"] * DTYPE_BYTES.get(model.param_dtype, 4)
   per_token = kv_cache_bytes(model, 1, dbytes)
@@ -178,7 +195,10 @@ def print_report(r: dict) -> None:
           f"feed-forward {b['ffn']:,}, norms {b['norms']:,}")
   print(f"  feed-forward share of all parameters: {100 * p['ffn_share']:.1f}%")
   f = r["flops_per_token_terms"]
-  print(f"training FLOPs per token: {_human(f['total'], 'FLOP')}  ({f['formula']})")
+  print(f"training FLOPs per token: {_human(f['total'], 'FLOP')}  ({f['formula']}; "
+        f"non-embedding N, Kaplan)")
+  print(f"  counting all parameters: {_human(f['total_params_convention'], 'FLOP')}  "
+        f"({f['formula_total_params']}; Chinchilla / Porian)")
   if kv["bytes_per_token"]:
     print(f"KV cache ({kv['dtype']}): {kv['bytes_per_token']:,} bytes per token; "
           f"{_human(kv['bytes_at_length'], 'B')} at {kv['length']:,} tokens; "

@@ -209,6 +209,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
   tokens_per_step = config.train.batch_size * config.data.seq_len
   flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len,
                                                params_non_embedding)
+  flops_per_token_total = throughput.flops_per_token(config.model, config.data.seq_len,
+                                                     params_non_embedding, params_total,
+                                                     convention="total")
   peak = throughput.peak_flops(config.train.peak_flops)
   log.info(f"{config.model.kind}: {params_total:,} params ({params_non_embedding:,} "
            f"non-embedding), mesh {dict(mesh.shape)}, {tokens_per_step:,} tokens/step")
@@ -305,6 +308,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         "tokens": config.train.steps * tokens_per_step,
         "flops_per_token": flops_per_token,
         "flops": flops_per_token * config.train.steps * tokens_per_step,
+        # The same run counted as Chinchilla / Porian et al. do: N with the tied
+        # embedding = output projection (experiments/scaling/shapes.py, both conventions).
+        "flops_per_token_total": flops_per_token_total,
+        "flops_total": flops_per_token_total * config.train.steps * tokens_per_step,
+        "flops_convention": "non_embedding (flops, flops_per_token); total "
+                            "(flops_total, flops_per_token_total)",
         "wall_time_s": time.time() - wall_start,
         "step": step,
         "compile_time_s": compile_time_s,

@@ -1,6 +1,6 @@
 """Compute accounting of training runs: FLOPs per token, the hardware's peak, hence MFU.
 
-The model side is transformer.inspect's count (shared with the inspect tool), so the FLOPs
+The model side is transformer/analysis/model_stats.py's count (shared with the inspect tool), so the FLOPs
 a run records in summary.json are the ones the scaling fits and `inspect` report.
 """
 
@@ -25,10 +25,23 @@ PEAK_FLOPS = {
 }
 
 
-def flops_per_token(model_config, seq_len: int, params_non_embedding: int) -> int:
-  """Training FLOPs per token as the train command records them (summary.json, MFU):
-  6 * N_non_embedding + 6 * n_attn_layers * n_ctx * d_attn (Kaplan et al.)."""
-  return model_stats.flops_per_token(model_config, seq_len, params_non_embedding)["total"]
+def flops_per_token(model_config, seq_len: int, params_non_embedding: int,
+                    params_total: int | None = None, convention: str = "non_embedding") -> int:
+  """Training FLOPs per token as the train command records them (summary.json, MFU).
+
+  convention="non_embedding" (summary.json `flops_per_token`, MFU): 6 * N_non_embedding +
+  6 * n_attn_layers * n_ctx * d_attn (Kaplan et al.); "total" (`flops_per_token_total`):
+  6 * N_total + the same attention term (Chinchilla / Porian et al. 2024)."""
+  terms = model_stats.flops_per_token(model_config, seq_len, params_non_embedding,
+                                  params_total if params_total is not None else
+                                  params_non_embedding)
+  if convention == "non_embedding":
+    return terms["total"]
+  if convention == "total":
+    if params_total is None:
+      raise ValueError("the total-parameter FLOPs convention needs params_total")
+    return terms["total_params_convention"]
+  raise ValueError(f"unknown FLOPs convention {convention!r}; valid: non_embedding, total")
 
 
 def measure_matmul_peak(n: int = 1024, repeats: int = 5, dtype=jnp.float32) -> float:

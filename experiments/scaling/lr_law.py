@@ -1,0 +1,135 @@
+r"""Fit lr(N) = coef * N^exponent from a finished learning-rate sweep (configs/scaling.py
+design=lr_sweep) and write it where the main grid reads it.
+
+  python -m experiments.scaling.lr_law --workdir runs/scaling_lr
+      # -> runs/scaling_lr/lr_law.json (read by design=corrected via sweep.lr_law),
+      #    runs/scaling_lr/lr_sweep.png
+
+Per size (N in the sweep's size convention, total by default) the best learning rate is the
+vertex of a parabola of the seed-mean final eval loss in log10 lr over the best rate and its
+two neighbours (the best rate itself when it sits at the edge of the rates tried: then
+`edge` is true and the law is flagged). The power law is least squares in log-log; its 95%
+interval comes from a bootstrap that resamples each size's optimum from the parabola's
+spread: every rate whose fitted loss is within `tol` nats of the minimum counts as optimal
+(uniform in log lr), so a flat optimum gives a wide interval, as it should.
+"""
+
+import json
+import math
+import os
+
+import numpy as np
+
+
+def best_lr(lrs, losses) -> dict:
+  """Vertex of the parabola through the best rate and its neighbours (in log10 lr)."""
+  order = np.argsort(lrs)
+  x, y = np.log10(np.asarray(lrs, float)[order]), np.asarray(losses, float)[order]
+  i = int(np.argmin(y))
+  if i == 0 or i == len(x) - 1 or len(x) < 3:
+    return dict(lr=float(10 ** x[i]), loss=float(y[i]), edge=True, coef=None)
+  coef = np.polyfit(x[i - 1:i + 2], y[i - 1:i + 2], 2)
+  vertex = -coef[1] / (2 * coef[0]) if coef[0] > 0 else x[i]
+  return dict(lr=float(10 ** vertex), loss=float(np.polyval(coef, vertex)), edge=False,
+              coef=coef.tolist())
+
+
+def _flat_range(best, tol):
+  """log10 lr range where the local parabola is within tol of its minimum."""
+  x0 = math.log10(best["lr"])
+  if not best["coef"] or best["coef"][0] <= 0:
+    return x0 - 0.15, x0 + 0.15  # half a factor-2 step each way
+  half = math.sqrt(tol / best["coef"][0])
+  return x0 - half, x0 + half
+
+
+def fit_lr_law(sizes, per_size, *, tol: float = 0.005, bootstrap: int = 1000, seed: int = 0):
+  n = np.log10(np.asarray(sizes, float))
+  y = np.log10([b["lr"] for b in per_size])
+  exponent, intercept = np.polyfit(n, y, 1)
+  rng = np.random.default_rng(seed)
+  ranges = [_flat_range(b, tol) for b in per_size]
+  draws = []
+  for _ in range(bootstrap):
+    yy = [rng.uniform(lo, hi) for lo, hi in ranges]
+    draws.append(np.polyfit(n, yy, 1)[0])
+  return dict(coef=float(10 ** intercept), exponent=float(exponent),
+              exponent_ci95=np.percentile(draws, [2.5, 97.5]).tolist(), tol=tol,
+              edge=any(b["edge"] for b in per_size))
+
+
+def from_sweep(workdir: str, tol: float = 0.005) -> dict:
+  from launch import sweep
+  with open(os.path.join(workdir, "sweep.json")) as f:
+    record = json.load(f)
+  convention = record["sweep"].get("size_convention", "non_embedding")
+  rows = [r for r in sweep.read_sweep(workdir) if r["summary"]]
+  table = {}
+  for r in rows:
+    s = r["summary"]
+    lr = float(s["config"].get("opt.lr", r["declared"].get("overrides", {}).get("opt.lr")))
+    table.setdefault(s[f"params_{convention}"], {}).setdefault(lr, []).append(
+        s["final_eval_loss"])
+  if len(table) < 2:
+    raise ValueError(f"{workdir}: need finished runs at >= 2 sizes to fit lr(N), got "
+                     f"{len(table)}")
+  sizes = sorted(table)
+  per_size = []
+  for n in sizes:
+    lrs = sorted(table[n])
+    best = best_lr(lrs, [np.mean(table[n][lr]) for lr in lrs])
+    per_size.append(dict(N=n, lrs=lrs, losses=[float(np.mean(table[n][lr])) for lr in lrs],
+                         **best))
+  law = fit_lr_law(sizes, per_size, tol=tol)
+  law.update(convention=convention, per_size=per_size, sweep=os.path.abspath(workdir),
+             formula=f"opt.lr = coef * N_{convention}^exponent",
+             batch_sizes=record["sweep"].get("batch_sizes"),
+             note="read by configs/scaling.py design=corrected (sweep.lr_law); fitted at ~"
+                  f"{record['sweep'].get('tokens_per_param')} tokens per parameter")
+  return law
+
+
+def plot(path, law):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(6.5, 4.3))
+  for i, row in enumerate(law["per_size"]):
+    color = plt.get_cmap("viridis")(i / max(len(law["per_size"]) - 1, 1) * 0.9)
+    ax.plot(row["lrs"], row["losses"], "o-", color=color, label=f"N = {row['N']:.3g}")
+    ax.plot([row["lr"]], [row["loss"]], "*", color=color, ms=13, mec="black", mew=0.6)
+  ax.set(xscale="log", xlabel="peak learning rate", ylabel="final eval loss (nats/token)",
+         title=f"lr sweep: lr* = {law['coef']:.3g} N^{law['exponent']:.3f} "
+               f"[{law['exponent_ci95'][0]:.2f}, {law['exponent_ci95'][1]:.2f}]")
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.savefig(path, dpi=130, bbox_inches="tight")
+  plt.close(fig)
+  return path
+
+
+def main(argv):
+  del argv
+  from absl import flags
+  f = flags.FLAGS
+  try:
+    law = from_sweep(f.workdir, f.tol)
+  except (ValueError, FileNotFoundError) as e:
+    raise SystemExit(f"error: {e}") from None
+  out = f.out or os.path.join(f.workdir, "lr_law.json")
+  with open(out, "w") as fh:
+    json.dump(law, fh, indent=2)
+  plot(os.path.join(f.workdir, "lr_sweep.png"), law)
+  print(f"lr* = {law['coef']:.4g} * N^{law['exponent']:.3f} (95% "
+        f"[{law['exponent_ci95'][0]:.3f}, {law['exponent_ci95'][1]:.3f}])"
+        + ("; WARNING: a best rate sits at the edge of the rates tried" if law["edge"] else ""))
+  print(f"wrote {out}; the main grid reads it via --config.sweep.lr_law={out}")
+
+
+if __name__ == "__main__":
+  from absl import app, flags
+  flags.DEFINE_string("workdir", None, "The learning-rate sweep's directory.")
+  flags.DEFINE_string("out", "", "Where to write the law (default DIR/lr_law.json).")
+  flags.DEFINE_float("tol", 0.005, "Loss within this of the minimum counts as optimal (nats).")
+  flags.mark_flag_as_required("workdir")
+  app.run(main)
