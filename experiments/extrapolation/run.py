@@ -20,7 +20,7 @@ import time
 
 import ml_collections
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import results as experiment_results
 from experiments.extrapolation import plots
@@ -349,14 +349,7 @@ def aggregate(per_seed: dict) -> dict:
 
 def main(argv):
   del argv
-  config, workdir = cli.config(FLAGS["config"]), FLAGS.workdir
-  if config is None or not workdir:
-    raise app.UsageError("--config and --workdir are required")
-  try:
-    run(config, workdir)
-  except (ValueError, FileNotFoundError) as e:
-    # Config and data mistakes are the user's to fix: one line, as transformer.train says them.
-    raise SystemExit(f"error: {e}") from None
+  run(cli.config(FLAGS["config"]), FLAGS.workdir)
 
 
 def run(config, workdir: str) -> None:
@@ -424,4 +417,4 @@ def run(config, workdir: str) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run(main, required=("config", "workdir"), verbosity=logging.ERROR)

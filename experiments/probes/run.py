@@ -21,7 +21,7 @@ import time
 
 import ml_collections
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments.extrapolation.run import check_schemes, run_dir_of, train_schemes
 from experiments import results as experiment_results
@@ -201,14 +201,7 @@ def u_test(counts: dict) -> dict:
 
 def main(argv):
   del argv
-  config, workdir = cli.config(FLAGS["config"]), FLAGS.workdir
-  if config is None or not workdir:
-    raise app.UsageError("--config and --workdir are required")
-  try:
-    run(config, workdir)
-  except (ValueError, FileNotFoundError) as e:
-    # Config and data mistakes are the user's to fix: one line, as transformer.train says them.
-    raise SystemExit(f"error: {e}") from None
+  run(cli.config(FLAGS["config"]), FLAGS.workdir)
 
 
 def kv_training_config(config) -> ml_collections.ConfigDict:
@@ -312,4 +305,4 @@ def pool_seeds(by_seed: dict) -> dict:
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run(main, required=("config", "workdir"), verbosity=logging.ERROR)

@@ -83,7 +83,7 @@ def main(argv):
   f = flags.FLAGS
   workdirs = argv[1:]
   if len(workdirs) < 2:
-    raise SystemExit("error: give at least two sweep directories, the original grid first")
+    raise ValueError("give at least two sweep directories, the original grid first")
   table = ablation_table(workdirs, bootstrap=f.bootstrap)
   os.makedirs(f.out, exist_ok=True)
   with open(os.path.join(f.out, "ablation.json"), "w") as fh:
@@ -95,7 +95,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from absl import app, flags
+  from absl import flags
+  from transformer import cli
   flags.DEFINE_string("out", ".", "Directory for ablation.md and ablation.json.")
   flags.DEFINE_integer("bootstrap", 200, "Bootstrap resamples per fit.")
-  app.run(main)
+  cli.run(main, positional=True)

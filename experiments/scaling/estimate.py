@@ -107,9 +107,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from absl import app, flags
+  from absl import flags
   from ml_collections import config_flags
   from transformer import cli
   config_flags.DEFINE_config_file("config", None, "Sweep config file[:args].")
   flags.DEFINE_bool("measure", False, "Time this machine instead (prints TIMING rows).")
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run(main)

@@ -781,14 +781,10 @@ def main(argv):
   del argv
   from absl import flags
   f = flags.FLAGS
-  try:
-    result = fit_sweep(f.workdir, params=f.params, grid=f.grid, bootstrap=f.bootstrap,
-                       seed=f.seed, min_layers=f.min_layers, E_star=f.E_star,
-                       bootstrap_grid=f.bootstrap_grid, local_points=f.local_points)
-  except (ValueError, FileNotFoundError) as e:
-    # A sweep directory without finished runs, or too few to fit: one line, as
-    # transformer.train says such mistakes.
-    raise SystemExit(f"error: {e}") from None
+  # A sweep directory without finished runs, or too few to fit: ValueError, one line.
+  result = fit_sweep(f.workdir, params=f.params, grid=f.grid, bootstrap=f.bootstrap,
+                     seed=f.seed, min_layers=f.min_layers, E_star=f.E_star,
+                     bootstrap_grid=f.bootstrap_grid, local_points=f.local_points)
   for name in ("chinchilla", "isoflop", "kaplan", "frontier"):
     part = result[name]
     if "error" in part:
@@ -809,7 +805,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from absl import app, flags
+  from absl import flags
+  from transformer import cli
 
   flags.DEFINE_string("workdir", None, "Sweep directory: DIR/<run>/summary.json per run.")
   flags.DEFINE_enum("params", "total", ["non_embedding", "total"],
@@ -826,5 +823,4 @@ if __name__ == "__main__":
   flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
   flags.DEFINE_integer("min_layers", 1, "Leave runs with fewer layers out of the fits "
                        "(2 drops one-layer models, which sit off the trend).")
-  flags.mark_flag_as_required("workdir")
-  app.run(main)
+  cli.run(main, required=("workdir",))

@@ -112,10 +112,7 @@ def main(argv):
   del argv
   from absl import flags
   f = flags.FLAGS
-  try:
-    law = from_sweep(f.workdir, f.tol)
-  except (ValueError, FileNotFoundError) as e:
-    raise SystemExit(f"error: {e}") from None
+  law = from_sweep(f.workdir, f.tol)
   out = f.out or os.path.join(f.workdir, "lr_law.json")
   with open(out, "w") as fh:
     json.dump(law, fh, indent=2)
@@ -127,9 +124,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from absl import app, flags
+  from absl import flags
+  from transformer import cli
   flags.DEFINE_string("workdir", None, "The learning-rate sweep's directory.")
   flags.DEFINE_string("out", "", "Where to write the law (default DIR/lr_law.json).")
   flags.DEFINE_float("tol", 0.005, "Loss within this of the minimum counts as optimal (nats).")
-  flags.mark_flag_as_required("workdir")
-  app.run(main)
+  cli.run(main, required=("workdir",))
