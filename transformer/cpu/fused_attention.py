@@ -4,8 +4,8 @@ compiled on first use with the system's C++ compiler and called through XLA's FF
 Why a kernel: XLA:CPU writes each block of scores to memory between the q.k product, the
 softmax and the p.v product (and reads them back several times in the backward pass); the
 kernel keeps a tile of 64 queries' scores in cache throughout and recomputes them in the
-backward pass from the saved log-sum-exp. On W2's attention (one core) it takes ~22 ms
-per layer forward and backward where `query_blocks` takes ~42 (README, Training throughput).
+backward pass from the saved log-sum-exp (timings against `query_blocks`:
+docs/performance.md).
 
 The library builds into $TRANSFORMER_KERNEL_CACHE (default ~/.cache/transformer; the temp
 directory if that is not writable), keyed by the source, the compiler flags, jaxlib's

@@ -3,13 +3,13 @@
 XLA:CPU allocates each step's temporaries (activations, gradients: hundreds of MB) with
 malloc from its worker threads and frees them when the step ends. glibc gives every such
 thread its own arena and serves large blocks with mmap, and returns both to the kernel on
-free; the next step then faults every page back in and the kernel zeroes it. Measured on the
-W1 benchmark workload: ~200k page faults and ~30% of the step's CPU time in the kernel
-(experiments/benchmarks/train_throughput.py reports faults per step).
+free; the next step then faults every page back in and the kernel zeroes it, a large share
+of a step's CPU time (experiments/benchmarks/train_throughput.py reports faults per step;
+figures in docs/performance.md).
 
 One arena, no mmap and no trimming make each step reuse the pages of the step before. The
 cost: the heap keeps its high-water mark, and fragmentation can leave it up to about twice
-a step's working set (W2: peak RSS 7.9 GB instead of 4.5 GB). Call before JAX starts its
+a step's working set (a higher peak RSS). Call before JAX starts its
 threads (before the first computation); a no-op off glibc.
 """
 

@@ -3,15 +3,13 @@
 A projection y[T, O] = x[T, I] W[I, O] over T tokens has the weight gradient x^T dy, a
 contraction over the leading (token) axis of both operands. XLA:CPU hands a dot whose
 operands are contracted on their leading axis to Eigen, which runs it at about half of
-peak when I > O (W1's feed-forward output [4096,1024]^T[4096,256]: 121 GFLOP/s on one core
-against 210 for the same FLOPs laid out the other way). Given an operand transposed in
+peak when I > O. Given an operand transposed in
 memory, [I, T] x [T, O] is an ordinary dot that XLA:CPU runs on YNNPACK near peak. The copy
 costs one pass over the smaller operand, if it is a plain copy (see `transpose`). Other
 backends take operands in either order at no cost, so they get lax.dot_general unchanged, as
 does any contraction that is not [T, ...] x W.
 
-Measured on the 2-core AMD EPYC (fp32, experiments/benchmarks/train_throughput.py): see
-README "Training throughput".
+Figures (experiments/benchmarks/train_throughput.py): docs/performance.md.
 """
 
 import functools

@@ -186,8 +186,8 @@ def make_dataset(data_config, tokenizer, *, split, batch_size, objective, seed,
   it = grain.experimental.FlatMapIterDataset(it, _Split(obj.split, data_config.seq_len))
   seq_len = data_config.seq_len
   if data_config.packing:
-    # Rows fill up until a piece fits in none of them, so more rows than a batch pack
-    # tighter: grammar_corpus at seq_len 256 fills 87% of tokens with 8 rows, 93% with 128.
+    # Rows fill up until a piece fits in none of them, so more open rows than a batch pack
+    # tighter (fewer padding tokens per batch).
     it = grain.experimental.FirstFitPackIterDataset(
         it, length_struct={k: seq_len for k in obj.keys},
         num_packing_bins=max(batch_size, _MIN_PACKING_ROWS), shuffle_bins=False)

@@ -54,9 +54,8 @@ def gelu(x):
   """Exact GELU in its erf form, x/2 (1 + erf(x / sqrt 2)), as PyTorch computes it.
 
   jax.nn.gelu(approximate=False) uses erfc, which keeps relative accuracy where GELU
-  underflows (x < -5) but which XLA:CPU evaluates at about 3x erf's cost (3.8 vs 1.4 ms
-  forward on 2048 x 2048 fp32, one core; W2 trains 4% faster with erf). The two differ by
-  at most ~1e-6 in absolute value."""
+  underflows (x < -5) but which XLA:CPU evaluates at several times erf's cost (figures in
+  docs/performance.md). The two differ by at most ~1e-6 in absolute value."""
   return 0.5 * x * (1 + jax.lax.erf(x * 0.7071067811865476))
 
 

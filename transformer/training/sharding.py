@@ -87,7 +87,7 @@ def cpu_device_count(shape: Sequence[int], batch_size: int, grad_accum_steps: in
 
   XLA:CPU runs many of a Transformer's ops (attention's per-head products, softmaxes, norms)
   on one thread each; data parallelism over per-core devices gives every core its own
-  stream of them (README "Training throughput")."""
+  stream of them (docs/performance.md)."""
   for n in range(cores, 1, -1):
     try:
       data, fsdp, _ = mesh_shape(shape, n * processes)

@@ -153,7 +153,7 @@ def _query_blocks_bwd(spans, scale, saved, dout_BLNH):
 
   The key and value gradients are made transposed, [B, K, H, S]: dk^T = q^T ds and dv^T =
   dout^T p are plain products once q and dout are copied transposed, where dk = ds^T q
-  contracts the rows of both (XLA:CPU's slow generic kernel, ~70 against ~200 GFLOP/s).
+  contracts the rows of both (XLA:CPU's slow generic kernel; docs/performance.md).
   The blocks' parts add up in that layout, and one copy per tensor puts it token-major.
   The gradients' final copies are projection.transpose (plain copies of materialized
   arrays): XLA:CPU would otherwise fuse the blocks' sums into a slow transposing loop. Only
