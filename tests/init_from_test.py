@@ -267,3 +267,20 @@ def test_a_torn_last_line_resumes_cleanly(data_dir, tmp_path):
   with open(work / "metrics.jsonl") as f:
     steps = [json.loads(line)["step"] for line in f]
   assert steps == [1, 2, 3, 5, 6]  # step 4's row was lost with the cut, nothing is glued
+
+
+@pytest.mark.slow
+def test_init_from_restores_across_param_dtype_and_scan_layers(data_dir, tmp_path):
+  """Storage keys may differ: a float32 per-layer source into a bfloat16 scanned run (cast
+  and restacked on the devices) starts where the source ended."""
+  from transformer.training import loop
+  tiny_run.use_compilation_cache(str(tmp_path / "jax_cache"))
+  src = str(tmp_path / "src")
+  loop.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 30}), src)
+  last = [r["loss"] for r in _rows(src)][-5:]
+  config = tiny_run.tiny_config(data_dir, **{
+      "train.steps": 3, "train.init_from": src, "model.param_dtype": "bfloat16",
+      "model.dtype": "bfloat16", "model.scan_layers": True, "opt.lr": 1e-3})
+  loop.train_and_evaluate(config, str(tmp_path / "ft"))
+  first = _rows(str(tmp_path / "ft"))[0]["loss"]
+  assert abs(first - sum(last) / 5) < 0.3, (first, last)

@@ -158,5 +158,5 @@ def restore_params(source: Source, config, built, mesh):
       from transformer.interop import hf  # pylint: disable=import-outside-toplevel
       tree = (hf._scan if config.model.scan_layers else hf._unscan)(tree)  # pylint: disable=protected-access
     return jax.tree.map(lambda x, t: x.astype(t.dtype), tree, target)
-  return jax.jit(to_target, out_shardings=built.state_shardings["params"],
-                 donate_argnums=0)(params)
+  # No donation: the outputs differ in shape or dtype, so XLA could reuse no input buffer.
+  return jax.jit(to_target, out_shardings=built.state_shardings["params"])(params)
