@@ -97,20 +97,23 @@ def test_init_from_errors_are_one_line_before_compute(case, data_dir, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # train.init_from: from a converted Hugging Face checkpoint
 
-def _word_pieces_tokenizer(path, data_dir, vocab_size):
-  """A BPE tokenizer.json trained on the tiny corpus (no download), ids 0-3 special."""
+def _bpe_tokenizer(path, data_config, vocab_size, seq2seq):
+  """A BPE tokenizer.json trained on the run's corpus (no download). Decoders: ids 0-2 are
+  pad, bos, eos; T5 (seq2seq): pad, eos, on characters (the algorithmic tasks' symbols)."""
   tokenizers = pytest.importorskip("tokenizers")
-  from transformer.data import pipeline, sources
-  config = pipeline.default_config()
-  config.size, config.data_dir = "tiny", data_dir
-  dataset = sources.load(config, "train")
-  texts = [t for i in range(min(len(dataset), 200)) for t in sources.record_texts(dataset[i])]
+  from transformer.data import sources
+  dataset = sources.load(data_config, "train")
+  texts = [t for i in range(min(len(dataset), 300)) for t in sources.record_texts(dataset[i])]
   tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
-  tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
-  tok.decoder = tokenizers.decoders.Metaspace()
+  if seq2seq:
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Split("", "isolated")
+    specials = ["<pad>", "</s>", "<unk>"]
+  else:
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
+    tok.decoder = tokenizers.decoders.Metaspace()
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
   tok.train_from_iterator(texts, tokenizers.trainers.BpeTrainer(
-      vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
-      show_progress=False))
+      vocab_size=vocab_size, special_tokens=specials, show_progress=False))
   tok.save(os.path.join(path, "tokenizer.json"))
 
 
@@ -119,35 +122,67 @@ def _hf_model(name, T, vocab_size):
   if name == "gpt2":
     return T.GPT2LMHeadModel(T.GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2,
                                           n_head=4, n_positions=64, **ids))
+  if name == "t5":
+    return T.T5ForConditionalGeneration(T.T5Config(
+        vocab_size=vocab_size, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
+        relative_attention_num_buckets=8, relative_attention_max_distance=20,
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
   return T.LlamaForCausalLM(T.LlamaConfig(  # GQA, untied head
       vocab_size=vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
       tie_word_embeddings=False, **ids))
 
 
+def _hf_loss(torch, model, batch, seq2seq):
+  """transformers' mean NLL on our batch, weighted as the trainer weights it."""
+  import numpy as np
+  L = lambda x: torch.tensor(np.asarray(x), dtype=torch.long)
+  model.eval()  # a model built from a config is in training mode: dropout on
+  with torch.no_grad():
+    if seq2seq:
+      logits = model(input_ids=L(batch["encoder_inputs"]),
+                     attention_mask=L(batch["encoder_segment_ids"] > 0),
+                     decoder_input_ids=L(batch["decoder_inputs"]),
+                     decoder_attention_mask=L(batch["decoder_segment_ids"] > 0)).logits
+      targets, weights = batch["decoder_targets"], batch["decoder_weights"]
+    else:
+      logits = model(input_ids=L(batch["inputs"]),
+                     attention_mask=L(batch["segment_ids"] > 0)).logits
+      targets, weights = batch["targets"], batch["weights"]
+    nll = -torch.log_softmax(logits.double(), -1).gather(-1, L(targets)[..., None])[..., 0]
+  weights = np.asarray(weights, np.float64)
+  return float((nll.numpy() * weights).sum() / weights.sum())
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "t5"])
 def test_fine_tune_a_converted_checkpoint(name, data_dir, tmp_path):
   """save_pretrained -> transformer.convert --from_hf -> transformer.train with
   configs/finetune.py: step 1's loss is the HF model's loss on that very batch."""
   torch = pytest.importorskip("torch")
   T = pytest.importorskip("transformers")
   T.logging.set_verbosity_error()
-  vocab = 96
+  seq2seq = name == "t5"
+  vocab = 64 if seq2seq else 96
   hf_dir, conv, ft = tmp_path / "hf", tmp_path / "conv", tmp_path / "ft"
   hf_dir.mkdir()
   tiny_run.use_compilation_cache(str(tmp_path / "jax_cache"))
-  _word_pieces_tokenizer(str(hf_dir), data_dir, vocab)
+  from transformer.data import pipeline
+  data_config = pipeline.default_config()  # the data the converted run's config names
+  data_config.update(dict(name="algorithmic", task="reverse") if seq2seq else dict(size="tiny"))
+  data_config.data_dir = data_dir
+  _bpe_tokenizer(str(hf_dir), data_config, vocab, seq2seq)
   torch.manual_seed(0)
   model = _hf_model(name, T, vocab)
   model.save_pretrained(hf_dir)
   run = lambda *args: subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=_env(),
                                      check=True, capture_output=True, text=True)
   run("transformer.convert", "--from_hf", str(hf_dir), "--to", str(conv))
-  # Whole documents one per row (packing=False), so transformers sees the same attention.
+  # One document (example) per row (packing=False), so transformers sees the same attention.
   out = run("transformer.train", f"--config=configs/finetune.py:from={conv},steps=6,lr=0.01",
-            f"--workdir={ft}", "--config.data.size=tiny", f"--config.data.data_dir={data_dir}",
-            "--config.data.seq_len=32", "--config.data.packing=False",
+            f"--workdir={ft}", f"--config.data.data_dir={data_dir}",
+            *([] if seq2seq else ["--config.data.size=tiny", "--config.data.seq_len=32"]),
+            "--config.data.packing=False",
             "--config.train.batch_size=8", "--config.train.log_every=1",
             "--config.train.eval_batches=1", "--config.model.dropout_rate=0.0",
             "--config.model.attention_dropout_rate=0.0").stdout
@@ -157,7 +192,6 @@ def test_fine_tune_a_converted_checkpoint(name, data_dir, tmp_path):
 
   # The trainer's first batch, from the same pipeline and config.
   import ml_collections
-  import numpy as np
   from transformer.data import tokenizers
   from transformer.data.shards import ShardedBatches
   with open(ft / "config.json") as f:
@@ -166,15 +200,7 @@ def test_fine_tune_a_converted_checkpoint(name, data_dir, tmp_path):
   batch = next(ShardedBatches(config, tokenizer, split=config.train.train_split,
                               objective=config.objective.name, seed=config.train.seed,
                               num_shards=config.train.data_shards))
-  model.eval()
-  with torch.no_grad():
-    logits = model(input_ids=torch.tensor(batch["inputs"], dtype=torch.long),
-                   attention_mask=torch.tensor(batch["segment_ids"] > 0,
-                                               dtype=torch.long)).logits.double()
-  nll = -torch.log_softmax(logits, -1).gather(
-      -1, torch.tensor(batch["targets"], dtype=torch.long)[..., None])[..., 0].numpy()
-  weights = np.asarray(batch["weights"], np.float64)
-  hf_loss = float((nll * weights).sum() / weights.sum())
+  hf_loss = _hf_loss(torch, model, batch, seq2seq)
   print(f"{name}: transformers loss {hf_loss:.6f}, first step {losses[0]:.6f}, "
         f"then {[round(x, 4) for x in losses[1:]]}")
   assert abs(losses[0] - hf_loss) < 1e-4, (losses[0], hf_loss)
