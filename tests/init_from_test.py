@@ -238,8 +238,9 @@ def test_cut_back_keeps_rows_up_to_the_step(tmp_path):
   assert not [n for n in os.listdir(tmp_path) if ".tmp" in n]
 
 
-def test_scaling_fit_reads_a_torn_metrics_file(tmp_path, capsys):
-  """experiments.scaling.fit's loader: a torn last line is reported, not a JSON error."""
+def test_readers_report_a_torn_line_on_stderr(tmp_path, capsys):
+  """What the scripts' reader (experiments.scaling.fit, estimate, tests/helpers/tiny_run)
+  does by default: the torn line is reported on stderr, naming the file, not a JSON error."""
   path = str(tmp_path / "metrics.jsonl")
   with open(path, "w") as f:
     f.write('{"step": 10, "loss": 3.0, "eval_loss": 3.1}\n{"step": 20, "loss"')
