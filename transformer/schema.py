@@ -163,6 +163,11 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
       async_checkpoint=True,
       data_shards=0,  # data streams the global batch is cut into; 0 = one per process
       peak_flops=0.0,  # per device, for MFU; 0 = look up the chip or measure a CPU
+      # WORKDIR[:STEP]: a new run starts from that run's (or transformer.convert --from_hf
+      # directory's) parameters only: fresh optimizer, step 0, data from the start. The
+      # model keys must match (RUNTIME_KEYS may differ). Ignored once this run has its own
+      # checkpoint: resuming resumes. "" = initialize randomly.
+      init_from="",
   ))
   cfg.update(overrides)
   return cfg

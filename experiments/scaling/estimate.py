@@ -88,8 +88,8 @@ def measure() -> list[dict]:
              f"--config.train.checkpoint_every={STEPS}", "--config.train.eval_batches=4"]
       subprocess.run(cmd, cwd=root, check=True, capture_output=True)
       wall = time.time() - start
-      with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+      from transformer.training import metrics_file
+      rows = metrics_file.read(os.path.join(workdir, "metrics.jsonl"))
       out.append(dict(t, tokens_per_s=rows[-1]["tokens_per_s"], wall_s=wall))
   return out
 

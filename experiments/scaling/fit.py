@@ -462,6 +462,7 @@ def load_runs(workdir: str, params: str = "non_embedding") -> dict:
   (FLOPs, loss) points of metrics.jsonl: eval_loss where logged, else the training loss.
   """
   from launch import sweep  # the launcher owns the directory layout
+  from transformer.training import metrics_file
 
   if params not in ("non_embedding", "total"):
     raise ValueError(f"unknown --params {params!r}; valid: ['non_embedding', 'total']")
@@ -495,9 +496,8 @@ def load_runs(workdir: str, params: str = "non_embedding") -> dict:
   for r, x in zip(rows, s):
     points = []
     path = os.path.join(workdir, r["name"], "metrics.jsonl")
-    if os.path.exists(path):
-      with open(path) as f:
-        points = [json.loads(line) for line in f if line.strip()]
+    if os.path.exists(path):  # a torn last line is dropped with a warning naming the file
+      points = metrics_file.read(path)
     flops_per_step = x["flops"] / max(x["step"], 1)
     evals = [(p["step"] * flops_per_step, p["eval_loss"]) for p in points
              if isinstance(p.get("eval_loss"), (int, float)) and p["step"] > 0]

@@ -58,12 +58,9 @@ def set_key(config, dotted: str, value) -> None:
 
 def losses(workdir: str) -> dict[int, float]:
   """{step: training loss} from metrics.jsonl (the last entry wins, as after a resume)."""
-  out = {}
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    for line in f:
-      row = json.loads(line)
-      out[row["step"]] = row["loss"]
-  return out
+  from transformer.training import metrics_file  # a torn last line: dropped, with a warning
+  return {row["step"]: row["loss"] for row in metrics_file.read(
+      os.path.join(workdir, "metrics.jsonl"))}
 
 
 def main():

@@ -34,6 +34,23 @@ class _NoMetricsWarningFilter(logging.Filter):
     return "did not provide metrics" not in record.getMessage()
 
 
+class _ReadOnlyNoiseFilter(logging.Filter):
+  """Orbax warns three times that the read-only manager it was asked for is read only."""
+
+  def filter(self, record):
+    return not record.getMessage().startswith(("CheckpointManagerOptions.read_only=True",
+                                               "Given directory is read only"))
+
+
+def read_only_manager(workdir: str) -> ocp.CheckpointManager:
+  """A manager that reads another run's checkpoints (train.init_from) and never writes."""
+  logger = absl_logging.get_absl_logger()
+  if not any(isinstance(f, _ReadOnlyNoiseFilter) for f in logger.filters):
+    logger.addFilter(_ReadOnlyNoiseFilter())
+  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
+                               options=ocp.CheckpointManagerOptions(read_only=True))
+
+
 def make_manager(workdir: str, keep: int = 3, keep_best: int = 1,
                  async_save: bool = True) -> ocp.CheckpointManager:
   """Keeps the last `keep` checkpoints plus the `keep_best` lowest eval losses."""

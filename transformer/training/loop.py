@@ -21,8 +21,8 @@ from transformer import data
 from transformer.analysis import model_stats
 from transformer.cpu import host_memory
 from transformer.model import models, positions
-from transformer.training import (checkpoint, losses, optim, preemption, sharding, throughput,
-                                  train_state)
+from transformer.training import (checkpoint, init_from, losses, optim, preemption, sharding,
+                                  throughput, train_state)
 from transformer.training.step import make_eval_step, make_train_step
 from transformer.data.shards import ShardedBatches
 from transformer.training.run_log import RunLog, Stopwatch
@@ -157,9 +157,15 @@ def _tokenizer(config, workdir):
   return tokenizer
 
 
-def _restore_or_init(built, manager, latest, saved_config, train_batches, config, workdir):
-  """The state to train from: the latest checkpoint (and the data position with it), or a
-  fresh sharded init."""
+def _restore_or_init(built, manager, latest, saved_config, train_batches, config, workdir,
+                     source=None, mesh=None):
+  """The state to train from: the latest checkpoint (and the data position with it), or
+  `source`'s parameters with a fresh optimizer (train.init_from), or a fresh sharded init."""
+  if latest is None and source is not None:
+    params = init_from.restore_params(source, config, built, mesh)
+    return jax.jit(train_state.make_init_from_params(built.tx),
+                   out_shardings=built.state_shardings, donate_argnums=1)(
+                       config.train.seed, params)
   if latest is None:
     return jax.jit(built.init, out_shardings=built.state_shardings)(config.train.seed)
   try:
@@ -177,10 +183,14 @@ def _restore_or_init(built, manager, latest, saved_config, train_batches, config
 
 def _open_log(config, workdir, manager, latest, saved_config) -> RunLog:
   """The run log; only called once the workdir's checkpoint restored into this config."""
-  log = RunLog(workdir, config.train.steps)
+  log = RunLog(workdir, config.train.steps, start_step=latest or 0)
   log.write_config(config)
+  for note in log.notes:
+    log.info(note)
   if latest is not None:
-    log.info(f"resumed from step {latest} in {manager.directory}")
+    log.info(f"resumed from step {latest} in {manager.directory}" + (
+        f" (train.init_from={config.train.init_from} is not read again)"
+        if config.train.init_from else ""))
     changed = checkpoint.differences(saved_config, config)
     if changed:
       log.info("changed since that checkpoint: " + ", ".join(
@@ -196,14 +206,21 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                             config.opt.grad_accum_steps)
   sharding.check_batch_size(config.train.batch_size, mesh, config.opt.grad_accum_steps)
   manager, latest, saved_config = _open_checkpoints(config, workdir)
+  # A new run from another's parameters: checked against this model before any compute.
+  source = (init_from.open_source(config) if latest is None and config.train.init_from
+            else None)
+  tokenizer_note = source and init_from.carry_tokenizer(source, config, workdir)
   tokenizer = _tokenizer(config, workdir)
   train_batches = ShardedBatches(config, tokenizer, split=config.train.train_split,
                                  objective=config.objective.name, seed=config.train.seed,
                                  num_shards=config.train.data_shards)
   built = build(config, mesh)
   state = _restore_or_init(built, manager, latest, saved_config, train_batches, config,
-                           workdir)
+                           workdir, source, mesh)
   log = _open_log(config, workdir, manager, latest, saved_config)
+  if source is not None:
+    log.info(f"initialized from {source.where}: parameters only (fresh optimizer state, "
+             f"step 0, data from the start); {tokenizer_note}")
 
   params_total, params_non_embedding = model_stats.param_totals(built.param_shapes)
   tokens_per_step = config.train.batch_size * config.data.seq_len

@@ -16,6 +16,7 @@ import types
 import jax
 import numpy as np
 
+from transformer.training import metrics_file, tensorboard_events
 from transformer.training.tensorboard_events import EventWriter
 
 
@@ -42,17 +43,38 @@ def _si(x: float) -> str:
 
 
 class RunLog:
-  """Per-run log files under `workdir`. `total_steps` sizes the progress bar and the ETA."""
+  """Per-run log files under `workdir`. `total_steps` sizes the progress bar and the ETA.
 
-  def __init__(self, workdir: str, total_steps: int, enabled: bool | None = None):
+  `start_step` is the step the run continues from (the restored checkpoint's, 0 when new):
+  history past it, logged by a session that died before saving again, is dropped first, so
+  no step appears twice. metrics.jsonl is rewritten atomically up to that step (a torn last
+  line goes too, with a warning); TensorBoard event files lose their records past it, and
+  the new session's file starts with a SessionLog START at start_step + 1 (which makes
+  TensorBoard itself discard any later points it still finds)."""
+
+  def __init__(self, workdir: str, total_steps: int, enabled: bool | None = None,
+               start_step: int = 0):
     self.enabled = jax.process_index() == 0 if enabled is None else enabled
     self.workdir = workdir
     self.total_steps = total_steps
     self._events = None
     self._jsonl = None
+    self.notes = []  # what resuming dropped, for the caller to log
     if self.enabled:
-      self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
-      self._events = EventWriter(os.path.join(workdir, "tensorboard"))
+      path = os.path.join(workdir, metrics_file.FILENAME)
+      note = metrics_file.cut_back(path, start_step, warn=print)
+      if note:
+        self.notes.append(note)
+      logdir = os.path.join(workdir, "tensorboard")
+      earlier = sorted(n for n in (os.listdir(logdir) if os.path.isdir(logdir) else ())
+                       if n.startswith("events.out.tfevents."))
+      for name in earlier:
+        dropped = tensorboard_events.cut_back(os.path.join(logdir, name), start_step)
+        if dropped:
+          self.notes.append(f"{logdir}/{name}: dropped {dropped} records past step "
+                            f"{start_step}")
+      self._jsonl = open(path, "a")
+      self._events = EventWriter(logdir, restart_step=start_step + 1 if earlier else None)
 
   def write_config(self, config) -> None:
     """config.json is this invocation's config; a different one there from an earlier

@@ -32,7 +32,9 @@ def make_train_step(loss_fn, tx, schedule, accum_steps: int):
           add_micro, zeros, (jnp.arange(accum_steps), micro))
     # Sums over all micro-batches and devices divided once: the loss per real token.
     count = jnp.maximum(sums["weight_sum"], 1.0)
-    grads = jax.tree.map(lambda g: g / count, grad_sums)
+    # In the parameters' dtype: a float32 count would otherwise promote bfloat16 gradients,
+    # and the optimizer state with them, so the next step's state no longer matches.
+    grads = jax.tree.map(lambda g: (g / count).astype(g.dtype), grad_sums)
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
     grad_norm = optax.tree.norm(grads)

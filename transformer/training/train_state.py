@@ -48,6 +48,16 @@ def make_init(model, config, tx: optax.GradientTransformation) -> Callable:
   return init
 
 
+def make_init_from_params(tx: optax.GradientTransformation) -> Callable:
+  """init(seed, params) -> state around given parameters (fine-tuning): a fresh optimizer
+  state and step 0, with the base training key `make_init` would draw from `seed`."""
+  def init(seed, params):
+    _, train_rng = jax.random.split(jax.random.key(seed))
+    return {"params": params, "opt_state": tx.init(params),
+            "step": jnp.zeros((), jnp.int32), "rng": jax.random.key_data(train_rng)}
+  return init
+
+
 def shardings(init: Callable, logical_names, params_shapes, mesh):
   """(abstract state, state shardings) for `init`'s output on `mesh`."""
   abstract_state = jax.eval_shape(init, 0)

@@ -1,0 +1,48 @@
+r"""Fine-tune a run or a converted Hugging Face checkpoint: its own config, train.init_from set.
+
+    python -m transformer.convert --from_hf HF_DIR --to runs/hf
+    python -m transformer.train --config configs/finetune.py:from=runs/hf --workdir runs/ft
+
+The model, data and objective blocks are the source's (WORKDIR/config.json, as the train or
+convert command wrote it), so the key-by-key model check passes and the tokenizer is carried
+over; train.init_from=WORKDIR starts from its latest parameters with a fresh optimizer. The
+schedule is a fine-tuning one (`steps`, `lr` below, 10% warmup); anything else from the
+command line, e.g. --config.data.name=text_folder --config.data.path=DIR, or
+--config.train.init_from=WORKDIR:STEP for an earlier step.
+"""
+
+import json
+import os
+
+from transformer import data, schema
+from transformer.training import checkpoint
+
+
+def get_config(arg: str | None = None):
+  args = schema.parse_args(arg, **{"from": "", "steps": 200, "lr": 1e-4})
+  source = args["from"]
+  path = os.path.join(source, "config.json")
+  if not source or not os.path.exists(path):
+    raise ValueError(f"configs/finetune.py needs from=WORKDIR, a run or converted directory "
+                     f"holding config.json (got {source!r})")
+  with open(path) as f:
+    saved = json.load(f)
+  kind = saved["model"]["kind"]
+  config = schema.experiment_config(
+      schema.model_config(kind=kind), data.default_config(),
+      schema.objective_config(saved["objective"]["name"]))
+  flat = checkpoint.flatten(config.to_dict())
+  for key, value in checkpoint.flatten(saved).items():
+    if key in flat and not key.startswith(("train.", "opt.")):
+      node = config
+      *parents, leaf = key.split(".")
+      for p in parents:
+        node = node[p]
+      node[leaf] = tuple(value) if isinstance(flat[key], tuple) else value
+  for key in ("batch_size", "seed", "data_shards", "train_split", "eval_split"):
+    config.train[key] = saved.get("train", {}).get(key, config.train[key])
+  config.train.update(dict(steps=args.steps, init_from=source, log_every=10,
+                           eval_every=max(args.steps // 4, 1),
+                           checkpoint_every=max(args.steps // 4, 1)))
+  config.opt.update(dict(lr=args.lr, warmup_steps=max(args.steps // 10, 1), schedule="cosine"))
+  return config
