@@ -140,6 +140,23 @@ def parse_args(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   return args
 
 
+# Precision presets (`:precision=NAME` in the family configs). dtype is the compute dtype
+# (activations and matmul inputs; softmax, norms and the loss stay float32), param_dtype the
+# stored weights, which the optimizer's moments follow (optax's default) and to which updates
+# are applied. bf16 is mixed precision for GPU/TPU training: bfloat16 compute on float32
+# master weights and optimizer state.
+PRECISIONS = {
+    "fp32": dict(dtype="float32", param_dtype="float32"),
+    "bf16": dict(dtype="bfloat16", param_dtype="float32"),
+}
+
+
+def precision_config(name: str) -> dict:
+  if name not in PRECISIONS:
+    raise ValueError(f"unknown precision {name!r}; valid: {list(PRECISIONS)}")
+  return dict(PRECISIONS[name])
+
+
 def size_config(size: str) -> dict:
   if size not in SIZES:
     raise ValueError(f"unknown size {size!r}; valid: {list(SIZES)}")
