@@ -72,7 +72,8 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
       norm_position="pre",  # pre | post (post is the original 2017 block)
       use_bias=False,
       position=position_config("rope"),
-      # dense | chunked | query_blocks | fused_cpu | cudnn | splash | pallas_gpu | linear | block_sparse | auto
+      # dense | chunked | query_blocks | fused_cpu | cudnn | splash | pallas_gpu | linear |
+      # block_sparse | auto (AUTO_TABLE in transformer/model/attention/__init__.py)
       attention="auto",
       attention_chunk=512,  # query/key block size for chunked and block_sparse
       attention_query_block=64,  # queries per block for query_blocks (auto's CPU fallback); >= L/16
