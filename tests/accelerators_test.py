@@ -231,3 +231,22 @@ def test_auto_table_rows_name_registered_implementations():
   for backend, dtypes, name, condition in attention.AUTO_TABLE:
     assert name in attention.IMPLEMENTATIONS
     assert condition is None or condition in attention.AUTO_CONDITIONS
+
+
+@pytest.mark.parametrize("impl", ["splash", "pallas_gpu"])
+def test_a_decoder_on_packed_rows_gives_dense_logits(impl):
+  """Through the model: the Tower's packed layout, RoPE applied before the kernel."""
+  from transformer.model import models
+  L = PALLAS_L
+  base = model_config(kind="decoder", vocab_size=64, d_model=64, num_layers=2, num_heads=2,
+                      num_kv_heads=1, d_ff=128, max_len=L)
+  seg = segments("packed", L)
+  tokens = np.random.default_rng(0).integers(0, 64, (B, L)).astype(np.int32)
+  params = models.make_model(base).init(jax.random.key(0), tokens)["params"]
+  logits = {}
+  for name in ("dense", impl):
+    model = models.make_model(model_config(**{**base.to_dict(), "attention": name}))
+    logits[name] = jax.jit(lambda p, t, s, q: model.apply({"params": p}, t, segment_ids=s,
+                                                          positions=q))(
+        params, tokens, seg, positions_of(seg))
+  np.testing.assert_allclose(logits[impl], logits["dense"], atol=1e-4)
