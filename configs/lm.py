@@ -3,7 +3,8 @@ r"""Decoder-only language model on the built-in grammar corpus (bytes), causal L
     python -m transformer.train --config configs/lm.py:size=s --workdir runs/lm_s
 
 Arguments after the colon: size (xs | s | m | l | xl, see transformer/schema.py), dataset (a
-built-in or prepared TFDS name). Anything else from the command line, e.g.
+built-in or prepared TFDS name), precision (fp32 | bf16: bfloat16 compute on float32 weights
+and optimizer state, for GPU/TPU; schema.PRECISIONS). Anything else from the command line, e.g.
     --config.model.position.name=alibi --config.opt.lr=1e-3 --config.train.steps=5000
 The default (size=s, 600 steps of 16 x 128 tokens) is the README's first run: under a minute
 on a 2-core CPU (44 s measured, corpus generation included; 36 s once it exists), ending at
@@ -15,8 +16,9 @@ from transformer import data
 
 
 def get_config(arg: str | None = None):
-  args = schema.parse_args(arg, size="s", dataset="grammar_corpus")
-  model = schema.model_config(kind="decoder", max_len=256, **schema.size_config(args.size))
+  args = schema.parse_args(arg, size="s", dataset="grammar_corpus", precision="fp32")
+  model = schema.model_config(kind="decoder", max_len=256, **schema.size_config(args.size),
+                              **schema.precision_config(args.precision))
   data_config = data.default_config()
   data_config.name = args.dataset
   data_config.seq_len = 128

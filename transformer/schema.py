@@ -72,7 +72,8 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
       norm_position="pre",  # pre | post (post is the original 2017 block)
       use_bias=False,
       position=position_config("rope"),
-      # dense | chunked | query_blocks | fused_cpu | cudnn | linear | block_sparse | auto
+      # dense | chunked | query_blocks | fused_cpu | cudnn | splash | pallas_gpu | linear |
+      # block_sparse | auto (AUTO_TABLE in transformer/model/attention/__init__.py)
       attention="auto",
       attention_chunk=512,  # query/key block size for chunked and block_sparse
       attention_query_block=64,  # queries per block for query_blocks (auto's CPU fallback); >= L/16
@@ -138,6 +139,23 @@ def parse_args(arg: str | None, **defaults) -> ml_collections.ConfigDict:
         raise ValueError(f"config argument {key} needs a {kind.__name__}, "
                          f"got {value!r}") from None
   return args
+
+
+# Precision presets (`:precision=NAME` in the family configs). dtype is the compute dtype
+# (activations and matmul inputs; softmax, norms and the loss stay float32), param_dtype the
+# stored weights, which the optimizer's moments follow (optax's default) and to which updates
+# are applied. bf16 is mixed precision for GPU/TPU training: bfloat16 compute on float32
+# master weights and optimizer state.
+PRECISIONS = {
+    "fp32": dict(dtype="float32", param_dtype="float32"),
+    "bf16": dict(dtype="bfloat16", param_dtype="float32"),
+}
+
+
+def precision_config(name: str) -> dict:
+  if name not in PRECISIONS:
+    raise ValueError(f"unknown precision {name!r}; valid: {list(PRECISIONS)}")
+  return dict(PRECISIONS[name])
 
 
 def size_config(size: str) -> dict:

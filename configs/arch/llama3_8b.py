@@ -2,6 +2,10 @@
 
   python -m transformer.inspect --config configs/arch/llama3_8b.py --length 131072
 (Llama 3.1 8B, the same weights layout with a 128k context: configs/arch/llama3_1_8b.py.)
+
+dtype and param_dtype bfloat16: the released weights' storage, for inspection, conversion and
+inference. To train, override param_dtype to float32 (schema.PRECISIONS["bf16"]: bfloat16
+compute, float32 weights and optimizer state).
 """
 
 import ml_collections

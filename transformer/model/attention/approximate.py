@@ -91,7 +91,7 @@ def block_sparse(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
       q_pos_BL=q_lay(layout.q_pos_BL), k_seg_BS=k_lay(layout.k_seg_BS),
       k_idx_BS=k_lay(layout.k_idx_BS), k_pos_BS=k_lay(layout.k_pos_BS),
       k_prefix_BS=None if layout.k_prefix_BS is None else k_lay(layout.k_prefix_BS, False),
-      index_offset=None)
+      index_offset=None, segments="packed")
   out = dense(fold(q), fold(k), fold(v), blk, terms, scale=scale, cfg=cfg)
   return out.reshape(B, nb * c, N, H)[:, :L]
 

@@ -35,7 +35,7 @@ def chunked(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
       q_pos_BL=pad(layout.q_pos_BL), k_seg_BS=pad(layout.k_seg_BS),
       k_idx_BS=pad(layout.k_idx_BS), k_pos_BS=pad(layout.k_pos_BS),
       k_prefix_BS=None if layout.k_prefix_BS is None else pad(layout.k_prefix_BS, False),
-      index_offset=None)
+      index_offset=None, segments="packed")
   blocks = lambda x: jnp.moveaxis(x.reshape(B, -1, c, *x.shape[2:]), 1, 0)
   kv_blocks = (blocks(k), blocks(v), blocks(lay.k_seg_BS), blocks(lay.k_idx_BS),
                blocks(lay.k_pos_BS),

@@ -28,6 +28,11 @@ class Layout:
   # trace time (make_layout and its slices): lets blockwise code skip keys no query of a
   # block can see. None: unknown (any code that builds other index arrays must say so).
   index_offset: int | None = struct.field(pytree_node=False, default=None)
+  # What the segment arrays are known to hold at trace time (kernels that take sequence
+  # lengths instead of segment ids need it): "single" every position is segment 1;
+  # "right_padded" each row is one segment followed by padding (0); "packed" anything
+  # (several documents per row, left padding, ...). A promise: nothing checks the arrays.
+  segments: str = struct.field(pytree_node=False, default="packed")
 
   def mask(self) -> jax.Array:
     """bool [B, 1, L, S]: True where query l may attend to key s."""
@@ -78,11 +83,19 @@ def _shift(offset, s: slice, sign=1):
   return offset + sign * (s.start or 0)
 
 
+SEGMENT_KINDS = ("single", "right_padded", "packed")
+
+
 def make_layout(q_len: int, k_len: int, *, batch: int, q_segments=None, k_segments=None,
                 q_positions=None, k_positions=None, prefix=None, causal=False, window=0,
-                q_offset=0) -> Layout:
+                q_offset=0, segments: str | None = None) -> Layout:
   """A Layout with defaults: one segment, positions = indices. q_offset shifts query indices
-  (a decoding step's queries sit after the cached keys)."""
+  (a decoding step's queries sit after the cached keys). `segments` (see Layout) defaults to
+  "single" without segment arrays and to "packed" (anything) with them."""
+  if segments is None:
+    segments = "single" if q_segments is None and k_segments is None else "packed"
+  if segments not in SEGMENT_KINDS:
+    raise ValueError(f"Unknown segments {segments!r}; valid: {SEGMENT_KINDS}.")
   def default(x, n, fill):
     return jnp.broadcast_to(fill(n), (batch, n)) if x is None else x.astype(jnp.int32)
 
@@ -95,4 +108,4 @@ def make_layout(q_len: int, k_len: int, *, batch: int, q_segments=None, k_segmen
       q_pos_BL=q_idx if q_positions is None else q_positions.astype(jnp.int32),
       k_pos_BS=k_idx if k_positions is None else k_positions.astype(jnp.int32),
       k_prefix_BS=prefix, causal=causal, window=window,
-      index_offset=q_offset if isinstance(q_offset, int) else None)
+      index_offset=q_offset if isinstance(q_offset, int) else None, segments=segments)

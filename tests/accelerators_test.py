@@ -1,0 +1,252 @@
+"""Accelerator attention paths checked on CPU against `dense`:
+
+  structured_attention  the exact jax.nn.dot_product_attention call `cudnn` makes, with
+                        implementation="xla" (same arguments: is_causal, sequence lengths,
+                        local_window_size, bias)
+  splash, pallas_gpu    JAX's Pallas kernels in interpret mode (tiny shapes)
+  AUTO_TABLE            auto's choice per backend, dtype and feature
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer.model import attention
+from transformer.model.positions import AttentionTerms, alibi_slopes
+from transformer.schema import model_config
+
+B, N, H = 2, 4, 32
+cfg = model_config()
+
+
+def segments(kind, L):
+  seg = np.ones((B, L), np.int32)
+  if kind == "right_padded":
+    seg[0, L * 3 // 4:] = 0
+    seg[1, L // 3:] = 0
+  if kind == "packed":
+    seg[0, L // 3:] = 2
+    seg[0, L * 7 // 8:] = 0
+    seg[1, L // 5:] = 2
+    seg[1, L // 2:] = 3
+  return seg
+
+
+def positions_of(seg):
+  pos = np.zeros_like(seg)
+  for i in range(1, seg.shape[1]):
+    pos[:, i] = np.where(seg[:, i] == seg[:, i - 1], pos[:, i - 1] + 1, 0)
+  return pos
+
+
+def case(*, L=16, causal=True, window=0, K=N, segs="single", prefix=False, bias="",
+         dtype=np.float32, seed=0):
+  rng = np.random.default_rng(seed)
+  q = rng.normal(size=(B, L, N, H)).astype(dtype)
+  k = rng.normal(size=(B, L, K, H)).astype(dtype)
+  v = rng.normal(size=(B, L, K, H)).astype(dtype)
+  seg = segments(segs, L)
+  pos = positions_of(seg)
+  pre = None
+  if prefix:
+    pre = np.zeros((B, L), bool)
+    pre[:, :L // 4] = True
+  arrays = {} if segs == "single" else dict(
+      q_segments=jnp.asarray(seg), k_segments=jnp.asarray(seg), q_positions=jnp.asarray(pos),
+      k_positions=jnp.asarray(pos))
+  layout = attention.make_layout(L, L, batch=B, causal=causal, window=window, segments=segs,
+                                 prefix=None if pre is None else jnp.asarray(pre), **arrays)
+  terms = AttentionTerms()
+  if bias == "alibi":
+    terms = AttentionTerms(bias_table=jnp.asarray(alibi_slopes(N)), bias_kind="alibi")
+  if bias == "t5":
+    table = rng.normal(size=(32, N)).astype(np.float32)
+    terms = AttentionTerms(bias_table=jnp.asarray(table), bias_kind="t5",
+                           bias_settings=(not causal, 32, 128))
+  return q, k, v, layout, terms
+
+
+def xla_structured(q, k, v, layout, terms, *, scale, cfg):
+  return attention.structured_attention(q, k, v, layout, terms, scale=scale,
+                                        implementation="xla")
+
+
+def xla_masked(q, k, v, layout, terms, *, scale, cfg):
+  return attention.masked_attention(q, k, v, layout, terms, scale=scale, implementation="xla")
+
+
+FNS = {"structured": xla_structured, "masked": xla_masked,
+       "splash": attention.IMPLEMENTATIONS["splash"],
+       "pallas_gpu": attention.IMPLEMENTATIONS["pallas_gpu"],
+       "dense": attention.IMPLEMENTATIONS["dense"]}
+
+
+@functools.lru_cache(maxsize=None)
+def forward(name):
+  fn = FNS[name]
+  return jax.jit(lambda q, k, v, lay, terms: fn(q, k, v, lay, terms, scale=H ** -0.5, cfg=cfg))
+
+
+@functools.lru_cache(maxsize=None)
+def gradient(name):
+  fn = FNS[name]
+
+  def loss(q, k, v, lay, terms):
+    return jnp.sum(jnp.sin(fn(q, k, v, lay, terms, scale=H ** -0.5, cfg=cfg)))
+  return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+
+
+def check(name, args, *, grads=True, atol=1e-5):
+  np.testing.assert_allclose(forward(name)(*args), forward("dense")(*args), atol=atol)
+  if grads:
+    for got, want in zip(gradient(name)(*args), gradient("dense")(*args)):
+      np.testing.assert_allclose(got, want, atol=atol * 10)
+
+
+# ---------------------------------------------------------------------------------------------
+# structured_attention: every layout it accepts, forward and gradients.
+
+STRUCTURED = {
+    "bidirectional": dict(causal=False),
+    "causal": dict(),
+    "right_padded": dict(segs="right_padded"),
+    "right_padded_bidirectional": dict(causal=False, segs="right_padded"),
+    "window": dict(window=5),
+    "window_bidirectional": dict(causal=False, window=4),  # xla only: cuDNN refuses it
+    "window_padded": dict(window=3, segs="right_padded"),
+    "gqa": dict(K=2, segs="right_padded"),
+    "mqa": dict(K=1, causal=False),
+    "alibi": dict(bias="alibi"),
+    "t5_padded": dict(causal=False, K=2, segs="right_padded", bias="t5"),
+    "t5_window": dict(window=6, bias="t5"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURED))
+def test_structured_call_matches_dense(name):
+  check("structured", case(**STRUCTURED[name]))
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(segs="packed"), "segment ids"),
+    (dict(prefix=True), "prefix"),
+])
+def test_structured_call_refuses_what_the_api_cannot_say(kw, why):
+  q, k, v, layout, terms = case(**kw)
+  assert why in attention.structure_refusal(q, k, layout, terms)
+  with pytest.raises(ValueError, match=why):
+    xla_structured(q, k, v, layout, terms, scale=1.0, cfg=cfg)
+
+
+def test_cudnn_refuses_a_bidirectional_window_and_needs_a_gpu():
+  q, k, v, layout, terms = case(causal=False, window=4)
+  assert "causal only" in attention.structure_refusal(q, k, layout, terms)
+  assert attention.structure_refusal(q, k, layout, terms, implementation="xla") is None
+  with pytest.raises(ValueError, match="needs a GPU"):
+    attention.cudnn(q, k, v, layout, terms, scale=1.0, cfg=cfg)
+
+
+@pytest.mark.parametrize("kw", [dict(segs="packed"), dict(prefix=True, K=2),
+                                dict(segs="packed", bias="alibi")])
+def test_masked_fallback_matches_dense(kw):
+  check("masked", case(**kw))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pallas kernels in interpret mode.
+
+PALLAS = {
+    # name: (case, implementations that accept it)
+    "causal": (dict(), ("splash", "pallas_gpu")),
+    "bidirectional": (dict(causal=False), ("splash", "pallas_gpu")),
+    "right_padded": (dict(segs="right_padded"), ("splash", "pallas_gpu")),
+    "packed": (dict(segs="packed"), ("splash", "pallas_gpu")),
+    "packed_gqa": (dict(segs="packed", K=2), ("splash", "pallas_gpu")),
+    "mqa_padded_bidirectional": (dict(K=1, causal=False, segs="right_padded"), ("splash",)),
+    "window": (dict(window=40), ("splash",)),
+    "window_packed_bidirectional": (dict(window=33, causal=False, segs="packed"), ("splash",)),
+}
+PALLAS_L = 128
+
+
+@pytest.mark.parametrize("name", sorted(PALLAS))
+@pytest.mark.parametrize("impl", ["splash", "pallas_gpu"])
+def test_pallas_kernels_match_dense_in_interpret_mode(impl, name):
+  kw, accepted = PALLAS[name]
+  args = case(L=PALLAS_L, **kw)
+  refusal = attention.REFUSALS[impl](args[0], args[1], args[3], args[4])
+  if impl not in accepted:
+    assert refusal is not None
+    with pytest.raises(ValueError, match=impl):
+      FNS[impl](*args, scale=1.0, cfg=cfg)
+    return
+  assert refusal is None
+  check(impl, args, grads=name in ("packed", "packed_gqa", "window", "right_padded"),
+        atol=2e-5)
+
+
+@pytest.mark.parametrize("impl", ["splash", "pallas_gpu"])
+@pytest.mark.parametrize("kw, why", [
+    (dict(bias="alibi"), "score bias"),
+    (dict(prefix=True), "prefix"),
+    (dict(L=100), "multiple of"),
+    (dict(dtype=np.float16), "dtype"),
+])
+def test_pallas_kernels_refuse_clearly(impl, kw, why):
+  if impl == "pallas_gpu" and why == "dtype":
+    kw = dict(L=64)  # float16 is fine for Triton; check the head size instead
+    q, k, v, layout, terms = case(**kw)
+    q = q[..., :24]
+    k = k[..., :24]
+    why = "power of two"
+  else:
+    q, k, v, layout, terms = case(**kw)
+  assert why in attention.REFUSALS[impl](q, k, layout, terms)
+
+
+# ---------------------------------------------------------------------------------------------
+# auto's table.
+
+@pytest.mark.parametrize("backend, kw, dtype, expected", [
+    ("tpu", dict(L=128, segs="packed", K=2), np.float32, "splash"),
+    ("tpu", dict(L=128, bias="alibi"), jnp.bfloat16, "dense"),
+    ("tpu", dict(L=100), jnp.bfloat16, "dense"),
+    ("gpu", dict(segs="right_padded", bias="alibi"), jnp.bfloat16, "cudnn"),
+    ("gpu", dict(L=128, segs="packed"), jnp.bfloat16, "pallas_gpu"),
+    ("gpu", dict(L=128, segs="packed", bias="alibi"), jnp.bfloat16, "cudnn"),
+    ("gpu", dict(prefix=True), jnp.float16, "cudnn"),
+    ("gpu", dict(), np.float32, "dense"),
+    ("cpu", dict(L=13), np.float32, "query_blocks"),
+])
+def test_auto_table(backend, kw, dtype, expected):
+  q, k, v, layout, terms = case(dtype=np.float32, **kw)
+  q, k = q.astype(dtype), k.astype(dtype)
+  assert attention.choose(backend, jnp.asarray(q), jnp.asarray(k), layout, terms) == expected
+
+
+def test_auto_table_rows_name_registered_implementations():
+  for backend, dtypes, name, condition in attention.AUTO_TABLE:
+    assert name in attention.IMPLEMENTATIONS
+    assert condition is None or condition in attention.AUTO_CONDITIONS
+
+
+@pytest.mark.parametrize("impl", ["splash", "pallas_gpu"])
+def test_a_decoder_on_packed_rows_gives_dense_logits(impl):
+  """Through the model: the Tower's packed layout, RoPE applied before the kernel."""
+  from transformer.model import models
+  L = PALLAS_L
+  base = model_config(kind="decoder", vocab_size=64, d_model=64, num_layers=2, num_heads=2,
+                      num_kv_heads=1, d_ff=128, max_len=L)
+  seg = segments("packed", L)
+  tokens = np.random.default_rng(0).integers(0, 64, (B, L)).astype(np.int32)
+  params = models.make_model(base).init(jax.random.key(0), tokens)["params"]
+  logits = {}
+  for name in ("dense", impl):
+    model = models.make_model(model_config(**{**base.to_dict(), "attention": name}))
+    logits[name] = jax.jit(lambda p, t, s, q: model.apply({"params": p}, t, segment_ids=s,
+                                                          positions=q))(
+        params, tokens, seg, positions_of(seg))
+  np.testing.assert_allclose(logits[impl], logits["dense"], atol=1e-4)
