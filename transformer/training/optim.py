@@ -9,6 +9,7 @@ of the gradients in the optimizer state and makes "one step" mean different thin
 different places).
 """
 
+import math
 from typing import Callable
 
 import jax
@@ -121,6 +122,12 @@ def check_config(opt_config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"opt.grad_accum_steps must be >= 1, got {opt_config.grad_accum_steps}")
   if not 0.0 <= opt_config.decay_fraction <= 1.0:
     raise ValueError(f"opt.decay_fraction must be in [0, 1], got {opt_config.decay_fraction}")
+  # A negative rate climbs the loss and a NaN one poisons the first update; both would
+  # otherwise train (or crash) only after the compile.
+  if not (math.isfinite(opt_config.lr) and opt_config.lr >= 0):
+    raise ValueError(f"opt.lr must be a finite number >= 0, got {opt_config.lr}")
+  if opt_config.warmup_steps < 0:
+    raise ValueError(f"opt.warmup_steps must be >= 0, got {opt_config.warmup_steps}")
 
 
 def make_schedule(opt_config, total_steps: int) -> Callable:
