@@ -50,9 +50,17 @@ def check_config(config) -> None:
   losses.check_config(config.objective, config.model.kind)
   optim.check_config(config.opt)
   t = config.train
-  for key in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
+  for key in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every",
+              "eval_batches"):
     if t[key] < 1:
       raise ValueError(f"train.{key} must be >= 1, got {t[key]}")
+  for key in ("keep_checkpoints", "keep_best"):
+    if t[key] < 0:
+      raise ValueError(f"train.{key} must be >= 0, got {t[key]}")
+  if t.keep_checkpoints == 0 and t.keep_best == 0:
+    # Orbax would delete every save: a stopped run would restart from step 0.
+    raise ValueError("train.keep_checkpoints=0 with train.keep_best=0 keeps no checkpoint; "
+                     "keep at least one (train.keep_checkpoints >= 1)")
   limit = positions.make_scheme(config.model).max_length()
   if config.data.seq_len > limit:
     raise ValueError(f"data.seq_len={config.data.seq_len} exceeds what "
