@@ -7,6 +7,7 @@ loop that steps, logs, evaluates and checkpoints.
 """
 
 import dataclasses
+import json
 import os
 import shutil
 import time
@@ -22,7 +23,7 @@ from transformer.analysis import model_stats
 from transformer.cpu import host_memory
 from transformer.model import models, positions
 from transformer.training import (checkpoint, init_from, losses, optim, preemption, sharding,
-                                  throughput, train_state)
+                                  throughput, train_state, workdir_lock)
 from transformer.training.step import make_eval_step, make_train_step
 from transformer.data.shards import ShardedBatches
 from transformer.training.run_log import RunLog, Stopwatch
@@ -87,12 +88,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   A run that fails before logging a step or saving a checkpoint leaves no workdir behind if
   it made it (what it wrote by then, config.json and empty logs, says nothing)."""
   made = not os.path.exists(workdir)
+  lock = workdir_lock.WorkdirLock(workdir)  # taken once the config passed its checks
   try:
-    return _train_and_evaluate(config, workdir)
+    return _train_and_evaluate(config, workdir, lock)
   except BaseException:
     if made and jax.process_index() == 0 and not _holds_results(workdir):
       shutil.rmtree(workdir, ignore_errors=True)
     raise
+  finally:
+    lock.release()
 
 
 def _holds_results(workdir: str) -> bool:
@@ -142,19 +146,44 @@ def build(config: ml_collections.ConfigDict, mesh) -> Built:
                state_shardings, train_step, eval_step)
 
 
-def _open_checkpoints(config, workdir):
-  """The workdir's checkpoint manager and its latest step's config (None when new). A
-  checkpoint of another model or data stream is refused before anything is built or written
-  here (sentencepiece would train into the workdir)."""
+def _open_checkpoints(config, workdir, lock):
+  """The workdir's checkpoint manager and its latest step's config (None when new), once
+  process 0 holds the workdir's lock (a second trainer there is refused). A checkpoint of
+  another model or data stream, or one past train.steps, is refused before anything is
+  built or written here (sentencepiece would train into the workdir)."""
   prepare_workdir(workdir)
+  if jax.process_index() == 0:
+    lock.acquire()
   manager = checkpoint.make_manager(workdir, config.train.keep_checkpoints,
                                     config.train.keep_best, config.train.async_checkpoint)
-  latest = manager.latest_step()
-  saved_config = None
-  if latest is not None:
-    saved_config = checkpoint.read_config(manager, latest)
-    checkpoint.check_compatible(saved_config, config, workdir)
+  try:
+    latest = manager.latest_step()
+    saved_config = None
+    if latest is not None:
+      saved_config = checkpoint.read_config(manager, latest)
+      checkpoint.check_compatible(saved_config, config, workdir)
+      if latest > config.train.steps:
+        raise ValueError(f"{workdir} holds a checkpoint of step {latest}, past "
+                         f"train.steps={config.train.steps}; raise train.steps to at least "
+                         f"{latest} or use a new --workdir")
+  except BaseException:
+    manager.close()
+    raise
   return manager, latest, saved_config
+
+
+def _finished_summary(config, workdir, latest) -> dict | None:
+  """The summary of a run that already trained to train.steps (None if it has not): its
+  re-run reports it and leaves every file as it was."""
+  path = os.path.join(workdir, "summary.json")
+  if latest is None or not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      summary = json.load(f)
+  except (OSError, ValueError):
+    return None  # unreadable: train (resume) and write it again
+  return summary if summary.get("step") == config.train.steps else None
 
 
 def _tokenizer(config, workdir):
@@ -206,14 +235,22 @@ def _open_log(config, workdir, manager, latest, saved_config) -> RunLog:
   return log
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -> dict:
   wall_start = time.time()
   # Checks that need no compute come first, so a typo costs seconds, not a compile.
   check_config(config)
   mesh = sharding.make_mesh(config.mesh.shape, config.train.batch_size,
                             config.opt.grad_accum_steps)
   sharding.check_batch_size(config.train.batch_size, mesh, config.opt.grad_accum_steps)
-  manager, latest, saved_config = _open_checkpoints(config, workdir)
+  manager, latest, saved_config = _open_checkpoints(config, workdir, lock)
+  finished = _finished_summary(config, workdir, latest)
+  if finished is not None:
+    manager.close()
+    if jax.process_index() == 0:
+      print(f"{workdir} is finished: {config.train.steps} steps, eval loss "
+            f"{finished.get('final_eval_loss')} (summary.json); nothing to do", flush=True)
+    return finished
+  lock.record_holder()
   # A new run from another's parameters: checked against this model before any compute.
   source = (init_from.open_source(config) if latest is None and config.train.init_from
             else None)
