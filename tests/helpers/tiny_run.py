@@ -2,7 +2,7 @@
 stop itself at chosen moments (a signal at step k, SIGKILL halfway through a save).
 
     python tests/helpers/tiny_run.py --workdir W --data_dir D [--set train.steps=6 ...]
-        [--signal_at_step 3:SIGTERM] [--kill_during_save_of_step 4]
+        [--signal_at_step 3:SIGTERM] [--kill_during_save_of_step 4] [--wait_for FILE]
         [--coordinator_address localhost:1234 --num_processes 2 --process_id 0]
         [--cpu_devices N]   (the train command's flag, through loop.configure_host)
 
@@ -71,6 +71,8 @@ def main():
   parser.add_argument("--set", action="append", default=[], help="dotted.key=json_value")
   parser.add_argument("--signal_at_step", default="")
   parser.add_argument("--kill_during_save_of_step", type=int, default=0)
+  parser.add_argument("--wait_for", default="",
+                      help="before the first train batch, wait until this file exists")
   parser.add_argument("--coordinator_address", default="")
   parser.add_argument("--num_processes", type=int, default=0)
   parser.add_argument("--process_id", type=int, default=-1)
@@ -102,6 +104,16 @@ def main():
           os.kill(os.getpid(), getattr(signal, name))
       return original_next(self)
     shards.ShardedBatches.__next__ = next_then_signal
+
+  if args.wait_for:
+    # Hold the run inside the loop (the workdir locked, its files open) until told to go.
+    import time
+    waiting_next = shards.ShardedBatches.__next__
+    def wait_then_next(self):
+      while self.split == "train" and not os.path.exists(args.wait_for):
+        time.sleep(0.1)
+      return waiting_next(self)
+    shards.ShardedBatches.__next__ = wait_then_next
 
   if args.kill_during_save_of_step:
     # Die after every file of that step is written but before orbax renames its temporary

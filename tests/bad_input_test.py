@@ -1,0 +1,155 @@
+"""Every command line's mistakes are one `error:` line, before any compute and before any
+file is written; a workdir takes one trainer at a time; a finished run's re-run touches
+nothing (issue 23)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import tiny_run
+
+pytestmark = pytest.mark.slow  # subprocesses (conftest.py)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+LM = os.path.join(ROOT, "configs", "lm.py") + ":size=xs"
+TRAIN = ["transformer.train", "--config", LM, "--workdir", "w"]
+
+
+def _cli(cwd, module, *args, env=None, timeout=300):
+  env = dict(os.environ if env is None else env, PYTHONPATH=ROOT)
+  return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                        cwd=cwd, env=env, timeout=timeout)
+
+
+def _one_error_line(proc) -> str:
+  lines = [line for line in proc.stderr.splitlines() if line.strip()]
+  assert proc.returncode != 0, proc.stderr[-2000:]
+  assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-2000:]
+  return lines[0]
+
+
+@pytest.mark.parametrize("command,want", [
+    # Flags.
+    (["transformer.train", "--config", LM], "--workdir is required"),
+    (["transformer.train", "--workdir", "w"], "--config is required"),
+    (TRAIN + ["stray"], "unexpected arguments ['stray']"),
+    (TRAIN + ["--cpu_devices=-1"], "--cpu_devices=-1"),
+    (TRAIN + ["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
+    (["transformer.generate", "--prompt", "hi"], "--workdir is required"),
+    (["transformer.generate", "--workdir", "w"], "--prompt is required"),
+    (["transformer.generate", "--workdir", "w", "--prompt", "hi", "stray"],
+     "unexpected arguments ['stray']"),
+    (["transformer.generate", "--workdir", "w", "--prompt", "hi", "--no_such_flag"],
+     "Unknown command line flag 'no_such_flag'"),
+    (["transformer.inspect"], "--config is required"),
+    (["transformer.inspect", "--config", LM, "stray"], "unexpected arguments ['stray']"),
+    (["transformer.inspect", "--config", LM, "--no_such_flag"],
+     "Unknown command line flag 'no_such_flag'"),
+    (["transformer.convert"], "use --from_hf SRC_DIR --to WORKDIR"),
+    (["transformer.convert", "--from", "w", "--to_hf", "out", "stray"],
+     "unexpected arguments ['stray']"),
+    (["transformer.convert", "--no_such_flag"], "Unknown command line flag 'no_such_flag'"),
+    (["launch.local", "--config", LM], "--workdir is required"),
+    (["launch.local", "--workdir", "w"], "--config is required"),
+    (["launch.local", "--config", LM, "--workdir", "w", "stray"],
+     "unexpected arguments ['stray']"),
+    (["launch.local", "--config", LM, "--workdir", "w", "--no_such_flag"],
+     "Unknown command line flag 'no_such_flag'"),
+    # Config values the trainer refuses in check_config, before anything is built.
+    (TRAIN + ["--config.train.eval_batches=0"], "train.eval_batches must be >= 1, got 0"),
+    (TRAIN + ["--config.opt.lr=-0.001"], "opt.lr must be a finite number >= 0, got -0.001"),
+    (TRAIN + ["--config.opt.lr=nan"], "opt.lr must be a finite number >= 0, got nan"),
+    (TRAIN + ["--config.opt.warmup_steps=-1"], "opt.warmup_steps must be >= 0, got -1"),
+    (TRAIN + ["--config.train.keep_checkpoints=0", "--config.train.keep_best=0"],
+     "train.keep_checkpoints=0 with train.keep_best=0 keeps no checkpoint"),
+], ids=lambda v: " ".join(a.replace(LM, "LM") for a in v) if isinstance(v, list) else None)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, command, want):
+  proc = _cli(tmp_path, *command)
+  line = _one_error_line(proc)
+  assert want in line, line
+  assert os.listdir(tmp_path) == []
+
+
+# The tiny run of tests/helpers/tiny_run.py, as the train command's flags.
+def _tiny_flags(data_dir, steps):
+  config = tiny_run.tiny_config(data_dir, **{"train.steps": steps})
+  return ["--config", LM, f"--config.data.size={config.data.size}",
+          f"--config.data.data_dir={data_dir}",
+          f"--config.data.seq_len={config.data.seq_len}",
+          f"--config.model.max_len={config.model.max_len}",
+          *(f"--config.train.{k}={config.train[k]}" for k in (
+              "steps", "batch_size", "log_every", "eval_every", "checkpoint_every",
+              "eval_batches", "peak_flops")),
+          f"--config.opt.warmup_steps={config.opt.warmup_steps}",
+          f"--config.opt.lr={config.opt.lr}"]
+
+
+def _snapshot(workdir) -> dict:
+  """{relative path: (mtime_ns, bytes)} of every file (folders' mtimes move: the trainer's
+  write probe)."""
+  out = {}
+  for parent, dirs, files in os.walk(workdir):
+    for name in files:
+      path = os.path.join(parent, name)
+      with open(path, "rb") as f:
+        out[os.path.relpath(path, workdir)] = (os.stat(path).st_mtime_ns, f.read())
+  return out
+
+
+@pytest.fixture(scope="module")
+def two_launches(tmp_path_factory, data_dir):
+  """A tiny run held inside its loop while a second trainer is launched on its workdir;
+  then released to finish. Returns (workdir, the second launch, the first's output)."""
+  base = tmp_path_factory.mktemp("two_launches")
+  workdir, go = base / "run", base / "go"
+  env = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent /
+                                           "jax_cache"))
+  first = subprocess.Popen(
+      [sys.executable, os.path.join(HERE, "helpers", "tiny_run.py"), "--workdir", str(workdir),
+       "--data_dir", data_dir, "--set", "train.steps=3", "--wait_for", str(go)],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+  try:
+    lock = workdir / ".lock"
+    deadline = time.time() + 600
+    while not (lock.exists() and lock.read_text().startswith("pid ")):
+      assert first.poll() is None and time.time() < deadline, first.communicate()
+      time.sleep(0.2)
+    second = _cli(base, "transformer.train", "--workdir", str(workdir),
+                  *_tiny_flags(data_dir, 3), env=env)
+  finally:
+    go.touch()
+  out, err = first.communicate(timeout=600)
+  assert first.returncode == 0, err[-3000:]
+  return workdir, second, json.loads(out.strip().splitlines()[-1]), env
+
+
+def test_a_second_launch_on_a_locked_workdir_is_refused_naming_the_holder(two_launches):
+  workdir, second, first, _ = two_launches
+  line = _one_error_line(second)
+  assert line.startswith(f"error: {workdir} is in use by another trainer (pid "), line
+  assert first["summary"]["step"] == 3 and sorted(first["losses"]) == ["1", "2", "3"]
+
+
+def test_rerunning_a_finished_run_touches_nothing(two_launches, data_dir):
+  workdir, _, first, env = two_launches
+  before = _snapshot(workdir)
+  proc = _cli(workdir.parent, "transformer.train", "--workdir", str(workdir),
+              *_tiny_flags(data_dir, 3), env=env)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert f"{workdir} is finished: 3 steps" in proc.stdout
+  assert _snapshot(workdir) == before
+
+
+def test_train_steps_below_the_checkpoint_is_refused_before_writing(two_launches, data_dir):
+  workdir, _, _, env = two_launches
+  before = _snapshot(workdir)
+  proc = _cli(workdir.parent, "transformer.train", "--workdir", str(workdir),
+              *_tiny_flags(data_dir, 2), env=env)
+  line = _one_error_line(proc)
+  assert f"holds a checkpoint of step 3, past train.steps=2" in line, line
+  assert _snapshot(workdir) == before
