@@ -1,5 +1,6 @@
 """The training job: `train_and_evaluate(config, workdir)`, which `python -m transformer.train`
-runs; re-running the same command resumes.
+runs; re-running the same command resumes (a finished run's re-run says so and touches no
+file; one trainer per workdir, workdir_lock.py).
 
 `train_and_evaluate(config, workdir)` is the whole job, top to bottom: check the config,
 build mesh, data, model and optimizer, restore or initialize the sharded state, then a plain
