@@ -233,6 +233,7 @@ def test_auto_table_rows_name_registered_implementations():
     assert condition is None or condition in attention.AUTO_CONDITIONS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["splash", "pallas_gpu"])
 def test_a_decoder_on_packed_rows_gives_dense_logits(impl):
   """Through the model: the Tower's packed layout, RoPE applied before the kernel."""

@@ -8,6 +8,8 @@ from transformer.schema import model_config, position_config
 from transformer.analysis import attention_maps
 from transformer.model import models
 
+pytestmark = pytest.mark.slow  # whole models compiled per case (conftest.py)
+
 
 @pytest.mark.parametrize("scan", [False, True])
 def test_capture_returns_every_layer_and_head(scan):

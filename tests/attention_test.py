@@ -249,6 +249,7 @@ def test_unknown_implementation_lists_valid_names():
     attention.get_implementation("flash")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["dense", "chunked", "query_blocks", "linear", "block_sparse"])
 def test_fully_masked_rows_give_zeros_and_finite_gradients(impl):
   q, k, v, seg, _, _, layout, terms = make_case("padding")

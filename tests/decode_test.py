@@ -18,6 +18,8 @@ from transformer.analysis import model_stats
 from transformer.inference import beam_search, decode
 from transformer.model import models
 
+pytestmark = pytest.mark.slow  # whole models compiled per case (conftest.py)
+
 SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
 PROMPTS = [[1, 5, 6], [1, 7, 8, 9, 10]]  # different lengths: the batch is left-padded
 ENCODER_INPUTS = [[5, 6, 7, 2], [8, 9, 2]]

@@ -210,6 +210,7 @@ def test_sharded_over_batch_and_heads_matches_one_device():
   assert "data" in report["out_sharding"] and "tensor" in report["out_sharding"], report
 
 
+@pytest.mark.slow
 def test_a_failed_build_is_one_line_and_auto_falls_back(tmp_path):
   script = """
     import jax.numpy as jnp, numpy as np
@@ -237,6 +238,7 @@ def test_a_failed_build_is_one_line_and_auto_falls_back(tmp_path):
                           "built") and "use 'auto' or 'query_blocks'" in error, error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["decoder", "encoder", "encoder_decoder"])
 def test_whole_models_match_dense_under_scan_and_remat(kind):
   """Self- and cross-attention through the kernel inside the real model (scanned layers,
@@ -279,6 +281,7 @@ def test_repeated_calls_are_bitwise_identical():
       np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_training_with_the_kernel_resumes_bitwise_and_matches_meshes(tmp_path):
   """The train command with attention through the kernel (rows of 64 tokens): a run stopped
   by SIGTERM and resumed ends bitwise equal to an uninterrupted one, and a (2, 2, 2) mesh of

@@ -12,6 +12,8 @@ import pytest
 from transformer.schema import model_config, position_config
 from transformer.model import models
 
+pytestmark = pytest.mark.slow  # whole models compiled per case (conftest.py)
+
 SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
 
 

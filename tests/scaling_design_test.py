@@ -196,6 +196,7 @@ def test_local_approach_2_intervals_cover_the_truth():
   assert covered >= 3
 
 
+@pytest.mark.slow
 def test_approach_3_free_and_fixed_E_intervals_cover_the_truth():
   budget, n, d, loss = _isoflop_runs(LAW, seed=7, noise=0.002)
   truth = fit._with_exponents(LAW)
@@ -229,6 +230,7 @@ def test_loss_floor_must_agree():
   assert fit.loss_floor(dict(loss_floor=[None], doc_sentences=[None]))["E_star"] is None
 
 
+@pytest.mark.slow
 def test_tiny_corrected_design_trains_and_fits_end_to_end(tmp_path):
   workdir = str(tmp_path / "sweep")
   cmd = [sys.executable, "-m", "launch.local",
