@@ -251,7 +251,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
       print(f"{workdir} is finished: {config.train.steps} steps, eval loss "
             f"{finished.get('final_eval_loss')} (summary.json); nothing to do", flush=True)
     return finished
-  lock.record_holder()
   # A new run from another's parameters: checked against this model before any compute.
   source = (init_from.open_source(config) if latest is None and config.train.init_from
             else None)
@@ -263,6 +262,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
   built = build(config, mesh)
   state = _restore_or_init(built, manager, latest, saved_config, train_batches, config,
                            workdir, source, mesh)
+  lock.record_holder()  # like every write, only once the workdir's checkpoint restored
   log = _open_log(config, workdir, manager, latest, saved_config)
   if source is not None:
     log.info(f"initialized from {source.where}: parameters only (fresh optimizer state, "
