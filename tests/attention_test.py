@@ -291,6 +291,7 @@ def test_seed_toy_bank_and_river():
   assert 19.5 < w_bank[1] / w_bank[0] < 20.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["dense", "chunked", "query_blocks"])
 def test_huge_masked_scores_give_finite_gradients(impl):
   """A masked score far above the row's allowed maximum must not overflow exp() in the

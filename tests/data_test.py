@@ -51,6 +51,7 @@ print(len(records), repr(records[0]["text"][:40]))
 """
 
 
+@pytest.mark.slow
 def test_processes_generating_one_dataset_at_once_share_it(tmp_path):
   # The processes of a multi-host run on one machine (or a shared disk) all generate a
   # missing built-in dataset at the same moment; the first complete copy wins and the others

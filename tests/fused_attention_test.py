@@ -145,6 +145,7 @@ def test_unknown_index_offset_and_decoding_offsets_match_dense():
                              value_and_grads("dense")(q5, k, v, step)[0][1], atol=2e-6)
 
 
+@pytest.mark.slow
 def test_refuses_what_it_cannot_honour_and_auto_falls_back():
   q, k, v, layout = make_case("causal_tiles")
   alibi = AttentionTerms(bias_table=jnp.asarray(alibi_slopes(2)), bias_kind="alibi")

@@ -88,6 +88,7 @@ def _chinchilla_design(law, seed, noise=0.002):
   return n, d, loss
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("law", [HOFFMANN, BESIROGLU], ids=["hoffmann", "besiroglu"])
 def test_fit_chinchilla_recovers_law(law):
   n, d, loss = _chinchilla_design(law, seed=1)
@@ -199,6 +200,7 @@ def _fake_sweep(workdir, law, noise=0.003):
   return runs
 
 
+@pytest.mark.slow
 def test_fit_cli_on_a_sweep_directory(tmp_path):
   workdir = str(tmp_path / "sweep")
   runs = _fake_sweep(workdir, HOFFMANN)
@@ -227,6 +229,7 @@ def test_fit_cli_on_a_sweep_directory(tmp_path):
   assert table[-1].startswith(f"| {runs[-1]['name']} |") and "not finished" in table[-1]
 
 
+@pytest.mark.slow
 def test_min_layers_leaves_shallow_runs_out_of_the_fits(tmp_path):
   workdir = str(tmp_path / "sweep")
   runs = _fake_sweep(workdir, HOFFMANN)[:-1]

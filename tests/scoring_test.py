@@ -10,6 +10,7 @@ from transformer.data import tokenizers
 from transformer.inference.scoring import Scorer
 
 
+@pytest.mark.slow
 def test_continuation_scores_match_a_forward_pass():
   cfg = model_config(vocab_size=260, d_model=32, num_layers=1, num_heads=2, d_ff=64)
   model = models.make_model(cfg)
