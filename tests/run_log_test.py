@@ -120,6 +120,28 @@ def test_a_changed_config_keeps_the_earlier_ones(tmp_path):
   assert not os.path.exists(tmp_path / "config.3.json")
 
 
+def test_a_run_trained_further_keeps_only_its_last_end_for_the_hparams_tab(tmp_path):
+  for start, steps in ((0, 4), (4, 6)):  # trained to 4 steps, then resumed to 6
+    log = run_log.RunLog(str(tmp_path), total_steps=steps, enabled=True, start_step=start)
+    for step in range(start + 1, steps + 1):
+      log.metrics(step, {"loss": 1.0 / step})
+    log.summary({"final_eval_loss": 1.0 / steps, "step": steps, "loss_floor_exact": False,
+                 "config": {"train.steps": steps}})
+    log.close()
+  from tensorboard.plugins.hparams import plugin_data_pb2
+  events = [e for f in sorted(tmp_path.glob("tensorboard/events.*"))
+            for e in tensorboard_events.read_events(str(f))]
+  starts = [plugin_data_pb2.HParamsPluginData.FromString(v.metadata.plugin_data.content)
+            for e in events for v in e.summary.value if v.tag == "_hparams_/session_start_info"]
+  assert [s.session_start_info.hparams["train.steps"].number_value for s in starts] == [6]
+  finals = [(e.step, v.tag, v.simple_value) for e in events for v in e.summary.value
+            if v.tag.startswith("final/")]
+  assert finals == [(6, "final/eval_loss", pytest.approx(1 / 6)), (6, "final/step", 6.0)]
+  assert sorted(s for f in tmp_path.glob("tensorboard/events.*")
+                for s, tag, _ in tensorboard_events.read_scalars(str(f)) if tag == "loss") == [
+                    1, 2, 3, 4, 5, 6]
+
+
 class _Terminal(io.StringIO):
   def isatty(self):
     return True

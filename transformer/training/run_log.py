@@ -86,7 +86,8 @@ class RunLog:
       earlier = sorted(n for n in (os.listdir(logdir) if os.path.isdir(logdir) else ())
                        if n.startswith("events.out.tfevents."))
       for name in earlier:
-        dropped = tensorboard_events.cut_back(os.path.join(logdir, name), start_step)
+        # An earlier end's hparams go without a word: the run goes on and ends again.
+        dropped, _ = tensorboard_events.cut_back(os.path.join(logdir, name), start_step)
         if dropped:
           self.notes.append(f"{logdir}/{name}: dropped {dropped} records past step "
                             f"{start_step}")
@@ -185,7 +186,7 @@ class RunLog:
         json.dump({k: _jsonable(v) for k, v in summary.items()}, f, indent=2, sort_keys=True)
       os.replace(path + ".tmp", path)  # readers (sweep tools) never see half a file
       # TensorBoard's HParams tab: the flat config against the final numbers, per run.
-      final = {f"final/{k}": float(v) for k, v in summary.items()
+      final = {f"final/{k.removeprefix('final_')}": float(v) for k, v in summary.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
       self._events.hparams(summary.get("config", {}), final, int(summary.get("step", 0)))
       if self._wandb:

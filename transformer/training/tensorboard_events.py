@@ -65,8 +65,9 @@ class EventWriter:
   def hparams(self, hparams: dict, metrics: dict[str, float], step: int) -> None:
     """The run's settings and final metrics as one HParams session: this log directory.
 
-    The metrics are also written as scalars at `step` (the HParams tab reads their value
-    there). Values other than bool/int/float/str (tuples) are shown as strings."""
+    Metric names should start with "final/" (HPARAMS_TAGS: a resume drops them). They are
+    also written as scalars at `step` (the HParams tab reads their value there). Values
+    other than bool/int/float/str (tuples) are shown as strings."""
     values = {k: v if isinstance(v, (bool, int, float, str)) else str(v)
               for k, v in hparams.items() if v is not None}
     self._summaries(step, list(tbx_summary.hparams(values, metrics)))
@@ -103,21 +104,33 @@ def _records(path: str, tolerate_torn_tail: bool = False):
     yield record
 
 
-def cut_back(path: str, step: int) -> int:
+HPARAMS_TAGS = ("_hparams_/", "final/")
+
+
+def _ends_a_run(event: Event) -> bool:
+  return any(v.tag.startswith(HPARAMS_TAGS) for v in event.summary.value)
+
+
+def cut_back(path: str, step: int) -> tuple[int, int]:
   """Drop the records of steps > `step` (and a torn last record) from an event file,
-  rewriting it atomically; returns how many were dropped."""
+  rewriting it atomically. A finished session's hparams and final metrics go too: the run
+  goes on, and TensorBoard's HParams tab would keep the first session's settings it finds.
+  Returns how many records were dropped: (past `step` or torn, of an earlier end)."""
   records = list(_records(path, tolerate_torn_tail=True))
-  kept = [r for r in records if Event.FromString(r).step <= step]
+  events = [Event.FromString(r) for r in records]
+  past = sum(e.step > step for e in events)
+  ended = sum(e.step <= step and _ends_a_run(e) for e in events)
+  kept = [r for r, e in zip(records, events) if e.step <= step and not _ends_a_run(e)]
   torn = os.path.getsize(path) != sum(16 + len(r) for r in records)
   if len(kept) == len(records) and not torn:
-    return 0
+    return 0, 0
   tmp = f"{path}.tmp.{os.getpid()}"
   with open(tmp, "wb") as f:
     f.write(b"".join(_frame(r) for r in kept))
     f.flush()
     os.fsync(f.fileno())
   os.replace(tmp, path)
-  return len(records) - len(kept) + int(torn)
+  return past + int(torn), ended
 
 
 def read_events(path: str) -> list[Event]:
