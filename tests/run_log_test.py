@@ -178,7 +178,7 @@ def test_progress_on_a_terminal_is_a_live_bar_with_evals_above_it(tmp_path):
   assert "hello" in lines and EVAL_LINE in lines  # messages and evals stay, as lines
   bars = [line for line in lines if line.startswith("step ") and "|" in line[:20]]
   assert any(line.startswith("step  10/100 |") and
-             "loss 1.5000 | 12.3k tok/s | 500 ms/step [" in line for line in bars), bars
+             "| loss 1.5000 | 12.3k tok/s | 500 ms/step [" in line for line in bars), bars
   assert bars[-1].startswith("step  20/100 |") and "| eval 1.2500 [" in bars[-1], bars
 
 

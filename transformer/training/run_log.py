@@ -103,8 +103,8 @@ class RunLog:
         self._bar = tqdm.tqdm(
             total=total_steps, initial=start_step, file=self.stream, dynamic_ncols=sized,
             ncols=None if sized else 120, nrows=None if sized else 40, mininterval=0.5,
-            bar_format="step {n:>%d}/{total} |{bar}| {postfix} "
-            "[{elapsed}<{remaining}]" % width)
+            # {desc} is shown as given ({postfix} would get a leading ", ").
+            bar_format="step {n:>%d}/{total} |{bar}| {desc} [{elapsed}<{remaining}]" % width)
 
   @property
   def stream(self):
@@ -161,7 +161,7 @@ class RunLog:
     if not self.enabled:
       return
     if self._bar is not None:
-      self._bar.set_postfix_str(
+      self._bar.set_description_str(
           f"loss {loss:.4f} | {_si(tokens_per_s)} tok/s | {step_time_s * 1e3:.0f} ms/step"
           + ("" if eval_loss is None else f" | eval {eval_loss:.4f}"), refresh=False)
       self.tick(step)
