@@ -23,8 +23,8 @@ from transformer import data
 from transformer.analysis import model_stats
 from transformer.cpu import host_memory
 from transformer.model import models, positions
-from transformer.training import (checkpoint, init_from, losses, optim, preemption, sharding,
-                                  throughput, train_state, workdir_lock)
+from transformer.training import (checkpoint, init_from, losses, optim, preemption, profiling,
+                                  sharding, throughput, train_state, wandb_log, workdir_lock)
 from transformer.training.step import make_eval_step, make_train_step
 from transformer.data.shards import ShardedBatches
 from transformer.training.run_log import RunLog, Stopwatch
@@ -70,6 +70,8 @@ def check_config(config) -> None:
                      f"({limit}, model.max_len); raise model.max_len or use a relative scheme")
   data.validate(config.data, config.objective.name, model_vocab_size=config.model.vocab_size,
                 splits=(config.train.train_split, config.train.eval_split))
+  profiling.parse_steps(config.train.profile_steps, t.steps)
+  wandb_log.check_config(config.log.wandb_project)
 
 
 def prepare_workdir(workdir: str) -> None:
@@ -221,7 +223,8 @@ def _restore_or_init(built, manager, latest, saved_config, train_batches, config
 
 def _open_log(config, workdir, manager, latest, saved_config) -> RunLog:
   """The run log; only called once the workdir's checkpoint restored into this config."""
-  log = RunLog(workdir, config.train.steps, start_step=latest or 0)
+  log = RunLog(workdir, config.train.steps, start_step=latest or 0,
+               wandb_project=config.log.wandb_project)
   log.write_config(config)
   for note in log.notes:
     log.info(note)
@@ -299,6 +302,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
   start_step = int(state["step"])
   stop = preemption.StopSignal()
   stopwatch = Stopwatch()
+  profile = profiling.StepProfiler(profiling.parse_steps(config.train.profile_steps,
+                                                         config.train.steps), workdir,
+                                     log.info, stopwatch.paused)
   train_step, compile_time_s = built.train_step, None
   window, eval_metrics, last_eval, previous = [], {}, None, None
 
@@ -329,8 +335,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
             train_step = train_step.lower(state, batch).compile()
           compile_time_s = timer.seconds
           log.info(f"compiled the train step in {compile_time_s:.1f}s")
-        state, metrics = train_step(state, batch)
+        state, metrics = profile(step, train_step, state, batch)
         window.append(metrics)
+        log.tick(step)
 
         # Reading the previous step's flag waits only for that step: the device already
         # has this one queued, so the check costs no idle time.
@@ -392,6 +399,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
     log.info(f"done: eval loss {last_eval:.4f}{versus} after {step} steps")
     return summary
   finally:
+    profile.close()
     stop.restore()
     manager.wait_until_finished()
     manager.close()
