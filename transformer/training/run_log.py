@@ -109,7 +109,7 @@ class RunLog:
                                      if k != "step" and isinstance(v, (int, float))})
 
   def progress(self, step: int, loss: float, tokens_per_s: float, step_time_s: float,
-               eval_loss: float | None = None) -> None:
+               eval_loss: float | None = None, eval_bpb: float | None = None) -> None:
     if not self.enabled:
       return
     width = 20
@@ -120,7 +120,7 @@ class RunLog:
             f"loss {loss:.4f} | {_si(tokens_per_s)} tok/s | {step_time_s * 1e3:.0f} ms/step"
             f" | ETA {_duration(eta)}")
     if eval_loss is not None:
-      line += f" | eval {eval_loss:.4f}"
+      line += f" | eval {eval_loss:.4f}" + ("" if eval_bpb is None else f" ({eval_bpb:.3f} bpb)")
     print(line, file=sys.stdout, flush=True)
 
   def summary(self, summary: dict) -> None:
