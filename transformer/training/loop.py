@@ -36,14 +36,17 @@ def evaluate(eval_step, params, config, tokenizer, mesh) -> dict:
   batches = ShardedBatches(config, tokenizer, split=config.train.eval_split,
                            objective=config.objective.name, seed=config.train.seed,
                            num_shards=config.train.data_shards)
-  totals = None
+  totals, token_bytes = None, data.token_bytes(tokenizer)
   for _ in range(config.train.eval_batches):
-    sums = eval_step(params, sharding.global_batch(next(batches), mesh))
+    sums = eval_step(params, sharding.global_batch(next(batches), mesh), token_bytes)
     totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
   totals = jax.device_get(totals)
   loss = float(totals["nll_sum"] / max(totals["weight_sum"], 1.0))
   return {"eval_loss": loss, "eval_perplexity": float(np.exp(min(loss, 50.0))),
-          "eval_accuracy": float(totals["correct_sum"] / max(totals["weight_sum"], 1.0))}
+          "eval_accuracy": float(totals["correct_sum"] / max(totals["weight_sum"], 1.0)),
+          # Bits per byte: comparable across tokenizers (None if the targets hold no text).
+          "eval_bpb": (float(totals["nll_sum"] / totals["byte_sum"] / np.log(2))
+                       if totals["byte_sum"] > 0 else None)}
 
 
 def check_config(config) -> None:
@@ -143,8 +146,9 @@ def build(config: ml_collections.ConfigDict, mesh) -> Built:
       make_train_step(loss_fn, tx, schedule, config.opt.grad_accum_steps),
       in_shardings=(state_shardings, batch_sharding), out_shardings=(state_shardings, None),
       donate_argnums=0)
-  eval_step = jax.jit(make_eval_step(loss_fn),
-                      in_shardings=(state_shardings["params"], batch_sharding))
+  eval_step = jax.jit(make_eval_step(loss_fn, config.objective.name),
+                      in_shardings=(state_shardings["params"], batch_sharding,
+                                    jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())))
   return Built(model, loss_fn, tx, schedule, init, param_shapes, abstract_state,
                state_shardings, train_step, eval_step)
 
@@ -306,7 +310,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
                                                          config.train.steps), workdir,
                                      log.info, stopwatch.paused)
   train_step, compile_time_s = built.train_step, None
-  window, eval_metrics, last_eval, previous = [], {}, None, None
+  window, eval_metrics, last_eval, last_bpb, previous = [], {}, None, None, None
 
   def log_row(step):
     fetched = jax.device_get(window)
@@ -323,7 +327,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
       row["compile_time_s"] = compile_time_s  # the first row of each session
     row.update(eval_metrics)
     log.metrics(step, row)
-    log.progress(step, row["loss"], row["tokens_per_s"], step_time, row.get("eval_loss"))
+    log.progress(step, row["loss"], row["tokens_per_s"], step_time, row.get("eval_loss"),
+                 row.get("eval_bpb"))
 
   step = start_step
   try:
@@ -353,7 +358,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
         if eval_due:
           with stopwatch.paused():
             eval_metrics = evaluate(built.eval_step, state["params"], config, tokenizer, mesh)
-          last_eval = eval_metrics["eval_loss"]
+          last_eval, last_bpb = eval_metrics["eval_loss"], eval_metrics["eval_bpb"]
         if step % config.train.log_every == 0 or eval_due:
           log_row(step)
           window, eval_metrics = [], {}
@@ -369,10 +374,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
           return {"step": step, "stopped": True}
 
       if last_eval is None:  # nothing left to train: a re-run of a finished job
-        last_eval = evaluate(built.eval_step, state["params"], config, tokenizer,
-                             mesh)["eval_loss"]
+        final = evaluate(built.eval_step, state["params"], config, tokenizer, mesh)
+        last_eval, last_bpb = final["eval_loss"], final["eval_bpb"]
     summary = {
         "final_eval_loss": last_eval,
+        "final_eval_bpb": last_bpb,
         "params_total": params_total,
         "params_non_embedding": params_non_embedding,
         "tokens": config.train.steps * tokens_per_step,

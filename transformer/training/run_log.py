@@ -157,13 +157,14 @@ class RunLog:
       self._bar.update(step - self._bar.n)
 
   def progress(self, step: int, loss: float, tokens_per_s: float, step_time_s: float,
-               eval_loss: float | None = None) -> None:
+               eval_loss: float | None = None, eval_bpb: float | None = None) -> None:
     if not self.enabled:
       return
     if self._bar is not None:
       self._bar.set_description_str(
           f"loss {loss:.4f} | {_si(tokens_per_s)} tok/s | {step_time_s * 1e3:.0f} ms/step"
-          + ("" if eval_loss is None else f" | eval {eval_loss:.4f}"), refresh=False)
+          + ("" if eval_loss is None else f" | eval {eval_loss:.4f}")
+          + ("" if eval_bpb is None else f" ({eval_bpb:.3f} bpb)"), refresh=False)
       self.tick(step)
       self._bar.refresh()
       if eval_loss is None:
@@ -176,7 +177,7 @@ class RunLog:
             f"loss {loss:.4f} | {_si(tokens_per_s)} tok/s | {step_time_s * 1e3:.0f} ms/step"
             f" | ETA {_duration(eta)}")
     if eval_loss is not None:
-      line += f" | eval {eval_loss:.4f}"
+      line += f" | eval {eval_loss:.4f}" + ("" if eval_bpb is None else f" ({eval_bpb:.3f} bpb)")
     self.info(line)
 
   def summary(self, summary: dict) -> None:
