@@ -320,7 +320,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
            "grad_norm": float(fetched[-1]["grad_norm"]),
            "learning_rate": float(fetched[-1]["learning_rate"]),
            "tokens": step * tokens_per_step,
-           "tokens_per_s": tokens_per_step / step_time, "step_time_s": step_time}
+           "tokens_per_s": tokens_per_step / step_time, "step_time_s": step_time,
+           "wall_time_s": log.earlier_wall_time_s + time.time() - wall_start}
     if peak:
       row["mfu"] = flops_per_token * row["tokens_per_s"] / peak
     if step - len(fetched) == start_step:
@@ -390,7 +391,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
         "flops_total": flops_per_token_total * config.train.steps * tokens_per_step,
         "flops_convention": "non_embedding (flops, flops_per_token); total "
                             "(flops_total, flops_per_token_total)",
-        "wall_time_s": time.time() - wall_start,
+        "wall_time_s": log.earlier_wall_time_s + time.time() - wall_start,  # all sessions
         "step": step,
         "compile_time_s": compile_time_s,
         "unigram_entropy": unigram,

@@ -77,11 +77,17 @@ class RunLog:
     self._events = self._jsonl = self._wandb = self._bar = None
     self._stream = stream
     self.notes = []  # what resuming dropped, for the caller to log
+    self.earlier_wall_time_s = 0.0
     if self.enabled:
       path = os.path.join(workdir, metrics_file.FILENAME)
       note = metrics_file.cut_back(path, start_step, warn=print)
       if note:
         self.notes.append(note)
+      # Rows carry the run's wall time so far, over all its sessions: a resumed run's
+      # summary counts the time its earlier sessions spent up to the restored step.
+      rows = metrics_file.read(path, warn=None) if os.path.exists(path) else []
+      self.earlier_wall_time_s = next(
+          (r["wall_time_s"] for r in reversed(rows) if "wall_time_s" in r), 0.0)
       logdir = os.path.join(workdir, "tensorboard")
       earlier = sorted(n for n in (os.listdir(logdir) if os.path.isdir(logdir) else ())
                        if n.startswith("events.out.tfevents."))
