@@ -88,6 +88,9 @@ class _TokenDense(nn.Module):
       y += bias
     y = y.reshape(B, L, *self.features)
     out_axes = self.kernel_axes[len(axis):]
+    # A projection back into the residual stream hands its sum over heads / mlp units out
+    # split by position, as the stream is between sub-layers (layers.py Block), so the tensor
+    # axis reduce-scatters it rather than all-reducing a whole copy onto every device.
     length = "residual_length" if out_axes == ("embed",) else "length"
     return constrain(y, ("batch", length, *out_axes))
 
