@@ -53,6 +53,28 @@ def test_rules_map_weights_and_activations():
   assert sharding.logical_to_spec(("layers", "embed"), (4, 64), mesh) == P(None, "fsdp")
 
 
+def test_activation_constraints_split_what_the_mesh_divides():
+  import flax.linen as nn
+  import jax.numpy as jnp
+  from jax.sharding import AbstractMesh, AxisType
+  from transformer.model.dense import constrain
+
+  def spec(shape, names, mesh_shape=(1, 2, 8)):
+    mesh = AbstractMesh(mesh_shape, sharding.MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+    with jax.sharding.use_abstract_mesh(mesh), nn.logical_axis_rules(sharding.RULES):
+      eqns = jax.make_jaxpr(lambda x: constrain(x, names))(jnp.zeros(shape)).jaxpr.eqns
+    return eqns[0].params["sharding"].spec
+  heads = ("batch", "length", "heads", "head_dim")
+  assert spec((8, 16, 8, 32), heads) == P(("data", "fsdp"), None, "tensor", None)
+  # 4 heads do not split 8 ways: whole, as their weights are (logical_to_spec).
+  assert spec((8, 16, 4, 32), heads) == P(("data", "fsdp"), None, None, None)
+  assert (spec((8, 16, 64), ("batch", "residual_length", "embed"))
+          == P(("data", "fsdp"), "tensor", None))
+  assert spec((8, 16, 1024), ("batch", "length", "mlp")) == P(("data", "fsdp"), None, "tensor")
+  # Outside sharding.activate (no mesh, no rules): no constraint at all.
+  assert not jax.make_jaxpr(lambda x: constrain(x, heads))(jnp.zeros((8, 16, 8, 32))).eqns
+
+
 def test_batch_size_must_divide_over_the_data_parallel_devices():
   mesh = FakeMesh(2, 4, 1)
   with pytest.raises(ValueError, match="train.batch_size=12 is not divisible by the "
