@@ -351,7 +351,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
           raise _non_finite(step - 1, previous, manager)
         previous = metrics
 
-        stopping = stop.requested()
+        stopping = stop.requested(step, config.train.log_every)
         eval_due = step % config.train.eval_every == 0 or step == config.train.steps
         save_due = step % config.train.checkpoint_every == 0 or step == config.train.steps
         if (eval_due or save_due or stopping) and not bool(metrics["finite"]):
