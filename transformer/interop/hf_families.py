@@ -7,16 +7,13 @@ A family (GPT-2, Llama, BERT, T5) is two config translations and a list of tenso
                          paths, layers unrolled), with the reshape between the layouts
 Layouts differ only by transposes and reshapes (torch Linear [out, in], GPT-2's Conv1D
 [in, out], our DenseGeneral kernels [D, heads, head_dim]), so both directions are exact.
-transformer.convert does the reading, writing and checking.
+transformer.convert does the reading, writing and checking; the rules are in hf_rules.py.
 """
-
-import dataclasses
-from typing import Callable
-
-import numpy as np
 
 from transformer.schema import model_config, position_config
 from transformer.model import models
+from transformer.interop.hf_rules import (attention, dense, fused_qkv, heads_out, is_tied, linear,
+                                          norm, same)
 
 # (HF activation, gated) -> model.ffn. For export, the first name listed for an ffn is written.
 ACTIVATIONS = {("gelu_new", False): "gelu_tanh", ("gelu_pytorch_tanh", False): "gelu_tanh",
@@ -45,96 +42,6 @@ def _act_name(ffn: str, gated: bool, family: str) -> str:
                    f"(valid: {sorted({o for (_, g), o in ACTIVATIONS.items() if g == gated})})")
 
 
-# ---------------------------------------------------------------------------------------------
-# Tensor rules.
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-  """One Hugging Face tensor and the parameter(s) of ours it holds."""
-  hf: str
-  ours: tuple[str, ...]
-  to_ours: Callable  # hf array -> tuple of our arrays
-  to_hf: Callable  # *our arrays -> hf array
-
-
-def same(hf, ours):
-  return Rule(hf, (ours,), lambda x: (x,), lambda x: x)
-
-
-def linear(hf, ours):
-  """torch Linear weight [out, in] <-> kernel [in, out]."""
-  return Rule(hf, (ours,), lambda w: (w.T,), lambda k: k.T)
-
-
-def heads_in(hf, ours, heads, head_dim, conv=False):
-  """Linear [heads*head_dim, D] (Conv1D [D, heads*head_dim]) <-> kernel [D, heads, head_dim]."""
-  def to_ours(w):
-    w = w if conv else w.T
-    return (w.reshape(w.shape[0], heads, head_dim),)
-  return Rule(hf, (ours,), to_ours,
-              lambda k: k.reshape(k.shape[0], -1) if conv else k.reshape(k.shape[0], -1).T)
-
-
-def heads_out(hf, ours, heads, head_dim, conv=False):
-  """Linear [D, heads*head_dim] (Conv1D [heads*head_dim, D]) <-> kernel [heads, head_dim, D]."""
-  def to_ours(w):
-    w = w if conv else w.T
-    return (w.reshape(heads, head_dim, w.shape[-1]),)
-  return Rule(hf, (ours,), to_ours,
-              lambda k: k.reshape(-1, k.shape[-1]) if conv else k.reshape(-1, k.shape[-1]).T)
-
-
-def heads_bias(hf, ours, heads, head_dim):
-  """[heads*head_dim] <-> [heads, head_dim]."""
-  return Rule(hf, (ours,), lambda b: (b.reshape(heads, head_dim),), lambda b: b.reshape(-1))
-
-
-def fused_qkv(hf, ours, heads, head_dim):
-  """GPT-2's c_attn: q, k and v side by side on the last axis (Conv1D weight or bias)."""
-  def to_ours(x):
-    if x.shape[-1] != 3 * heads * head_dim:
-      raise ValueError("not q, k and v")
-    return tuple(p.reshape(*p.shape[:-1], heads, head_dim) for p in np.split(x, 3, axis=-1))
-  return Rule(hf, tuple(ours), to_ours,
-              lambda *ks: np.concatenate([k.reshape(*k.shape[:-2], -1) for k in ks], axis=-1))
-
-
-def norm(hf, ours, bias=True):
-  rules = [same(f"{hf}.weight", f"{ours}/norm/scale")]
-  return rules + [same(f"{hf}.bias", f"{ours}/norm/bias")] if bias else rules
-
-
-def dense(hf, ours, bias=True):
-  rules = [linear(f"{hf}.weight", f"{ours}/kernel")]
-  return rules + [same(f"{hf}.bias", f"{ours}/bias")] if bias else rules
-
-
-def attention(ours, cfg, q, k, v, o):
-  """Separate q/k/v/o Linears (Llama, BERT, T5), named without ".weight", optional biases."""
-  n, kv, h = cfg.num_heads, models.num_kv_heads(cfg), models.head_dim(cfg)
-  rules = [heads_in(f"{q}.weight", f"{ours}/query/kernel", n, h),
-           heads_in(f"{k}.weight", f"{ours}/key/kernel", kv, h),
-           heads_in(f"{v}.weight", f"{ours}/value/kernel", kv, h),
-           heads_out(f"{o}.weight", f"{ours}/out/kernel", n, h)]
-  if cfg.use_bias:
-    rules += [heads_bias(f"{q}.bias", f"{ours}/query/bias", n, h),
-              heads_bias(f"{k}.bias", f"{ours}/key/bias", kv, h),
-              heads_bias(f"{v}.bias", f"{ours}/value/bias", kv, h),
-              same(f"{o}.bias", f"{ours}/out/bias")]
-  return rules
-
-
-def _tied(hf: dict, names, same_tensor, head: str, embed: str) -> bool:
-  """Whether the output projection is the token table. transformers ties when the config asks,
-  but loads a head tensor that differs from the table as a separate head, and so do we."""
-  if head in names:
-    return same_tensor(head, embed)
-  return bool(hf.get("tie_word_embeddings", True))
-
-
-# ---------------------------------------------------------------------------------------------
-# Families. config(hf, names, same_tensor) -> model config; hf_config(cfg) -> dict; rules(cfg).
-
 class GPT2:
   model_type, architecture = "gpt2", "GPT2LMHeadModel"
   prefix, heads = "transformer.", ("lm_head.",)
@@ -153,7 +60,7 @@ class GPT2:
         norm_eps=hf.get("layer_norm_epsilon", 1e-5), use_bias=True,
         qk_scale=0.0 if hf.get("scale_attn_weights", True) else 1.0,
         position=position_config("learned"), max_len=hf.get("n_positions", 1024),
-        tie_embeddings=_tied(hf, names, same_tensor, "lm_head.weight", "transformer.wte.weight"),
+        tie_embeddings=is_tied(hf, names, same_tensor, "lm_head.weight", "transformer.wte.weight"),
         dropout_rate=hf.get("resid_pdrop", 0.1), attention_dropout_rate=hf.get("attn_pdrop", 0.1))
 
   def hf_config(self, cfg):
@@ -206,7 +113,7 @@ class Llama:
         ffn=_ffn(hf.get("hidden_act", "silu"), True, "llama"), norm="rmsnorm",
         norm_eps=hf.get("rms_norm_eps", 1e-6), use_bias=bool(hf.get("attention_bias", False)),
         position=self._rope(hf), max_len=hf.get("max_position_embeddings", 2048),
-        tie_embeddings=_tied(hf, names, same_tensor, "lm_head.weight",
+        tie_embeddings=is_tied(hf, names, same_tensor, "lm_head.weight",
                              "model.embed_tokens.weight"),
         dropout_rate=0.0, attention_dropout_rate=hf.get("attention_dropout", 0.0))
 
@@ -310,7 +217,7 @@ class Bert:
         max_len=hf.get("max_position_embeddings", 512), embed_norm=True,
         num_token_types=hf.get("type_vocab_size", 2), mlm_transform=True, head_bias=True,
         pooler="bert.pooler.dense.weight" in names,
-        tie_embeddings=_tied(hf, names, same_tensor, "cls.predictions.decoder.weight",
+        tie_embeddings=is_tied(hf, names, same_tensor, "cls.predictions.decoder.weight",
                              "bert.embeddings.word_embeddings.weight"),
         dropout_rate=hf.get("hidden_dropout_prob", 0.1),
         attention_dropout_rate=hf.get("attention_probs_dropout_prob", 0.1))
@@ -365,7 +272,7 @@ class T5:
     proj = hf.get("feed_forward_proj", "relu")
     gated, act = proj.startswith("gated-"), proj.split("-")[-1]
     act = "gelu_new" if proj == "gated-gelu" else act  # as transformers reads "gated-gelu"
-    tied = _tied(hf, names, same_tensor, "lm_head.weight", "shared.weight")
+    tied = is_tied(hf, names, same_tensor, "lm_head.weight", "shared.weight")
     # transformers 5 records the v1.0 logit scaling separately; 4.x inferred it from tying.
     scale = hf.get("scale_decoder_outputs", hf.get("tie_word_embeddings", True))
     if scale and not tied:
