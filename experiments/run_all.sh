@@ -45,6 +45,8 @@ step extrapolation grammar_corpus
 $PY -m experiments.extrapolation.run --config configs/extrapolation.py \
     --workdir "$RUNS/extrapolation/grammar_corpus"
 publish "$RUNS/extrapolation/grammar_corpus" "$R/extrapolation/results/grammar_corpus"
+# The probes reuse the extrapolation's language models; their retrieval models (every scheme,
+# and the LM-pretrained ones: train.init_from those LMs) train to the stated criterion here.
 step probes grammar_corpus
 $PY -m experiments.probes.run --config configs/probes.py \
     --workdir "$RUNS/probes/grammar_corpus" \

@@ -113,7 +113,19 @@ def test_probes_outputs(extrapolation, tmp_path):
   maps = results["attention_maps"]
   assert maps["pngs"] and all((tmp_path / "probes" / p).exists() for p in maps["pngs"])
   assert maps["max_row_sum_error"] < 1e-4
-  assert "init_from" in results["lm_then_retrieval"]
+  # The LM-pretrained variant (tiny: rope): the LM run of the same scheme and seed, then
+  # retrieval from its parameters, evaluated like the others.
+  pretrained = tmp_path / "probes" / "kv_lm" / "runs" / "rope" / "seed0"
+  saved = json.loads((pretrained / "config.json").read_text())
+  lm_run = json.loads((lm_workdir / "runs" / "rope" / "seed0" / "config.json").read_text())
+  assert saved["train"]["init_from"] == str(lm_workdir / "runs" / "rope" / "seed0")
+  assert saved["model"] == lm_run["model"] and saved["data"]["name"] == "kv_retrieval"
+  assert set(results["retrieval_lm_pretrained"]) == {"rope"}
+  for row in results["retrieval_lm_pretrained"]["rope"]["0"].values():
+    for cell in row.get("accuracy_by_position", {}).values():
+      assert 0 <= cell["accuracy"] <= 1 and cell["n"] == 4
+  assert set(results["retrieval_criterion_lm_pretrained"]["rope"]["0"]) >= {"met", "attempts"}
+  assert "rope (LM-pretrained)" in (tmp_path / "probes" / "results.md").read_text()
   for name in ("agreement.png", "retrieval.png", "results.md"):
     assert (tmp_path / "probes" / name).stat().st_size > 0
 
@@ -158,6 +170,8 @@ def test_finished_run_of_another_config_is_refused(extrapolation):
     ("experiments.probes.run", "configs/probes.py:tiny=true,steps=4",
      "--config.experiment.kv_schemes=rope,bogus",
      "unknown scheme 'bogus' in experiment.kv_schemes"),
+    ("experiments.probes.run", "configs/probes.py:tiny=true,steps=4",
+     "--config.experiment.kv_max_steps=1", "need 1 <= kv_steps <= kv_max_steps"),
 ])
 def test_bad_experiment_settings_are_one_line_before_training(extrapolation, module, config,
                                                               flag, message):

@@ -49,37 +49,68 @@ def agreement(results: dict, path: str) -> str:
   return path
 
 
+RETRIEVAL_VARIANTS = (("retrieval", "", "-"), ("retrieval_lm_pretrained", " (LM-pretrained)", "--"))
+
+
 def retrieval(results: dict, path: str) -> str:
-  rows = {(scheme, n): r for scheme, by_seed in results["retrieval"].items()
-          for r_seed in by_seed.values() for n, r in r_seed.items()}
-  ns = sorted({n for _, n in rows}, key=int)
-  fig, axes = plt.subplots(1, len(ns), figsize=(4.6 * len(ns), 4.2), sharey=True,
-                           squeeze=False, layout="constrained")
+  ns = sorted({n for key, _, _ in RETRIEVAL_VARIANTS for by_seed in results.get(key, {}).values()
+               for r_seed in by_seed.values() for n in r_seed}, key=int)
+  fig, axes = plt.subplots(1, max(len(ns), 1), figsize=(4.6 * max(len(ns), 1), 4.2),
+                           sharey=True, squeeze=False, layout="constrained")
   for ax, n in zip(axes[0], ns):
-    for scheme, by_seed in results["retrieval"].items():
-      for seed, r_seed in by_seed.items():
-        row = r_seed.get(n, {}).get("accuracy_by_position")
-        if row is None:
-          continue
-        ps = sorted(row, key=int)
-        ys = np.array([row[p]["accuracy"] for p in ps])
-        err = np.array([[row[p]["accuracy"] - row[p]["wilson95"][0] for p in ps],
-                        [row[p]["wilson95"][1] - row[p]["accuracy"] for p in ps]])
-        label = scheme + (f" s{seed}" if len(by_seed) > 1 else "")
-        ax.errorbar([int(p) + 1 for p in ps], ys, yerr=err, marker="o", capsize=2, label=label)
+    for key, suffix, style in RETRIEVAL_VARIANTS:
+      for scheme, by_seed in results.get(key, {}).items():
+        for seed, r_seed in by_seed.items():
+          row = r_seed.get(n, {}).get("accuracy_by_position")
+          if row is None:
+            continue
+          met = results.get(key.replace("retrieval", "retrieval_criterion"), {}).get(
+              scheme, {}).get(seed, {}).get("met")
+          ps = sorted(row, key=int)
+          ys = np.array([row[p]["accuracy"] for p in ps])
+          err = np.array([[row[p]["accuracy"] - row[p]["wilson95"][0] for p in ps],
+                          [row[p]["wilson95"][1] - row[p]["accuracy"] for p in ps]])
+          label = (scheme + suffix + (f" s{seed}" if len(by_seed) > 1 else "")
+                   + ("" if met else " [training failure]"))
+          ax.errorbar([int(p) + 1 for p in ps], ys, yerr=err, marker="o", capsize=2,
+                      linestyle=style if met else ":", alpha=1.0 if met else 0.5, label=label)
     trained = int(n) <= results["kv_train_pairs"]
     ax.set_title(f"{n} pairs ({'within' if trained else 'beyond'} training)")
     ax.set_xlabel("position of the queried pair (1 = first)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel("exact-match retrieval accuracy")
-  axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
+  if ns:
+    axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
   fig.suptitle(f"Lost in the middle: key-value retrieval by queried position (trained on "
-               f"{results.get('kv_min_pairs', '?')}-{results['kv_train_pairs']} pairs; bars: "
-               f"Wilson 95%)")
+               f"{results.get('kv_min_pairs', '?')}-{results['kv_train_pairs']} pairs; dashed: "
+               f"LM-pretrained; dotted: below the criterion; bars: Wilson 95%)")
   fig.savefig(path, dpi=120, bbox_inches="tight")
   plt.close(fig)
   return path
+
+
+def _criterion_lines(results: dict) -> list[str]:
+  lines = ["", f"Criterion (stated in advance): exact-match accuracy >= "
+           f"{results.get('kv_criterion')} on {results.get('kv_check_items')} held-out items "
+           f"of {results['kv_train_pairs']} pairs, queried at uniform positions, checked after "
+           f"steps {results.get('kv_stages')} (the last is the cap); a run below it at the cap "
+           f"is retried with experiment.kv_retry on the first seed. Schemes that never meet it"
+           f" are training failures and are not compared.", "",
+           "| scheme | seed | criterion met | steps to criterion | settings | checks "
+           "(step: accuracy) |", "| --- | --- | --- | --- | --- | --- |"]
+  for key, suffix, _ in RETRIEVAL_VARIANTS:
+    for scheme, by_seed in results.get(key.replace("retrieval", "retrieval_criterion"),
+                                       {}).items():
+      for seed, rec in by_seed.items():
+        checks = "; ".join(
+            f"{'retry ' + str(a['retry']) + ' ' if a['retry'] else ''}"
+            + ", ".join(f"{c['step']}: {c['accuracy']:.3f}" for c in a["checks"])
+            for a in rec.get("attempts", [])) or rec.get("why", "")
+        lines.append(f"| {scheme}{suffix} | {seed} | {rec['met']} | "
+                     f"{rec.get('steps_to_criterion') or '—'} | {rec.get('settings', '')} | "
+                     f"{checks} |")
+  return lines
 
 
 def summary(results: dict) -> str:
@@ -103,33 +134,36 @@ def summary(results: dict) -> str:
       for x, (acc, lo, hi) in sorted(_pooled_by(by_seed, key).items()):
         lines.append(f"| {scheme} | {x} | {acc:.3f} [{lo:.3f}, {hi:.3f}] |")
   lines += ["", "## Lost in the middle", "",
-            f"Trained on {results.get('kv_min_pairs')}-{results['kv_train_pairs']} pairs; "
-            f"criterion: mean accuracy >= {results.get('kv_criterion')} at "
-            f"{results['kv_train_pairs']} pairs. U-test (fixed in advance): each end minus "
-            "the middle third > 2 SE.", "",
-            "| scheme | seed | criterion met | pairs | tokens | mean accuracy | first - middle "
+            f"Trained on {results.get('kv_min_pairs')}-{results['kv_train_pairs']} pairs. "
+            "U-test (fixed in advance): each end minus the middle third > 2 SE. Rows of "
+            "schemes below the criterion are training failures, shown but not compared."]
+  lines += _criterion_lines(results)
+  lines += ["", "| scheme | seed | compared | pairs | tokens | mean accuracy | first - middle "
             "| last - middle | ends - middle [95%] | U-shaped |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-  for scheme, by_seed in results["retrieval"].items():
-    for seed, r_seed in by_seed.items():
-      met = results.get("retrieval_criterion", {}).get(scheme, {}).get(seed, {}).get("met")
-      for n, row in r_seed.items():
-        if "accuracy_by_position" not in row:
-          lines.append(f"| {scheme} | {seed} | {met} | {n} | {row.get('context_tokens')} | "
-                       "not applicable | | | | |")
-          continue
-        u = row["u_test"]
-        if u.get("u_shaped") is None:
-          lines.append(f"| {scheme} | {seed} | {met} | {n} | {row['context_tokens']} | "
-                       f"{row['mean_accuracy']:.3f} | | | | {u.get('why')} |")
-          continue
-        lo, hi = u["ends_minus_middle_ci95"]
-        lines.append(
-            f"| {scheme} | {seed} | {met} | {n} | {row['context_tokens']} | "
-            f"{row['mean_accuracy']:.3f} | {u['first_minus_middle']:+.3f} ± {u['first_se']:.3f}"
-            f" | {u['last_minus_middle']:+.3f} ± {u['last_se']:.3f} | "
-            f"{u['ends_minus_middle']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {u['u_shaped']} |")
-  lines += ["", f"LM-then-retrieval variant: {results.get('lm_then_retrieval')}", ""]
+  for key, suffix, _ in RETRIEVAL_VARIANTS:
+    crit = results.get(key.replace("retrieval", "retrieval_criterion"), {})
+    for scheme, by_seed in results.get(key, {}).items():
+      for seed, r_seed in by_seed.items():
+        met = crit.get(scheme, {}).get(seed, {}).get("met")
+        name, compared = scheme + suffix, "yes" if met else "no (training failure)"
+        for n, row in r_seed.items():
+          head = f"| {name} | {seed} | {compared} | {n} |"
+          if "accuracy_by_position" not in row:
+            lines.append(f"{head} {row.get('context_tokens')} | not applicable | | | | |")
+            continue
+          u = row["u_test"]
+          if u.get("u_shaped") is None:
+            lines.append(f"{head} {row['context_tokens']} | {row['mean_accuracy']:.3f} | | | | "
+                         f"{u.get('why')} |")
+            continue
+          lo, hi = u["ends_minus_middle_ci95"]
+          lines.append(
+              f"{head} {row['context_tokens']} | {row['mean_accuracy']:.3f} | "
+              f"{u['first_minus_middle']:+.3f} ± {u['first_se']:.3f} | "
+              f"{u['last_minus_middle']:+.3f} ± {u['last_se']:.3f} | "
+              f"{u['ends_minus_middle']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {u['u_shaped']} |")
+  lines += ["", f"LM-pretrained rows: {results.get('lm_then_retrieval')}", ""]
   maps = results["attention_maps"]
   lines += [f"## Attention maps ({maps['scheme']} model, first seed)", "",
             f"Sentence: \"{maps['sentence']}\"; PNGs: " + ", ".join(maps["pngs"])

@@ -23,10 +23,11 @@ import ml_collections
 import numpy as np
 from absl import flags, logging
 
-from experiments.extrapolation.run import check_schemes, run_dir_of, train_schemes
+from experiments.extrapolation.run import (check_schemes, run_dir_of, scheme_config,
+                                           seeds_of, train_schemes)
 from experiments import results as experiment_results
-from experiments.probes import heads, plots
-from transformer import cli, data
+from experiments.probes import criterion, heads, plots
+from transformer import cli, data, schema
 from transformer.data import grammar
 from transformer.training import checkpoint, loop
 from transformer.inference.scoring import Scorer
@@ -36,8 +37,8 @@ FLAGS = flags.FLAGS
 EXPERIMENT = "experiments.probes.run"  # recorded in results.json: who wrote it
 
 
-def _load(run_dir):
-  _, model_config, params, tokenizer = checkpoint.load_for_inference(run_dir)
+def _load(run_dir, step=None):
+  _, model_config, params, tokenizer = checkpoint.load_for_inference(run_dir, step)
   return model_config, params, tokenizer
 
 
@@ -219,9 +220,35 @@ def kv_training_config(config) -> ml_collections.ConfigDict:
   kv_config.experiment.seeds = exp.kv_seeds
   kv_config.experiment.overrides = exp.kv_overrides
   kv_config.train.steps = exp.kv_steps
+  kv_config.train.batch_size = exp.kv_batch_size
   kv_config.opt.lr = exp.kv_lr
   kv_config.opt.warmup_steps = exp.kv_warmup_steps
+  kv_config.opt.schedule = exp.kv_schedule
   return kv_config
+
+
+def pretrained_variant(lm_config, kv_config, scheme: str) -> dict:
+  """The LM-pretrained retrieval run's differences from the scheme's retrieval run: it
+  starts from the LM run of the same scheme and seed (train.init_from), so it is that LM's
+  model (its max_len: the LM's evaluation lengths). Any other model key that differs is a
+  one-line error here, before anything trains."""
+  lm_model = scheme_config(lm_config, scheme).model
+  kv_model = criterion.attempt_config(kv_config, scheme, 0, "", 1,
+                                      max_len=lm_model.max_len).model
+  if lm_model.max_len < kv_config.data.seq_len:
+    raise ValueError(f"experiment.kv_pretrained_schemes: {scheme}'s language model positions "
+                     f"{lm_model.max_len} tokens, fewer than the retrieval rows' "
+                     f"{kv_config.data.seq_len} (kv_seq_len); leave {scheme} out")
+  lm_flat, kv_flat = (checkpoint.flatten(m.to_dict()) for m in (lm_model, kv_model))
+  differing = [k for k in sorted(set(lm_flat) | set(kv_flat))
+               if k not in schema.RUNTIME_KEYS and lm_flat.get(k) != kv_flat.get(k)]
+  if differing:
+    raise ValueError(f"experiment.kv_pretrained_schemes: {scheme}'s retrieval model differs "
+                     f"from its language model in " + ", ".join(
+                         f"model.{k} ({lm_flat.get(k)!r} vs {kv_flat.get(k)!r})"
+                         for k in differing[:4])
+                     + "; set experiment.kv_overrides so the models match")
+  return {"max_len": lm_model.max_len}
 
 
 def run(config, workdir: str) -> None:
@@ -232,23 +259,53 @@ def run(config, workdir: str) -> None:
   schemes = [s for s in str(exp.schemes).split(",") if s]
   kv_config = kv_training_config(config)
   kv_dir = os.path.join(workdir, "kv")
+  kv_lm_dir = os.path.join(workdir, "kv_lm")
   kv_schemes = [s for s in str(exp.kv_schemes).split(",") if s]
-  # Both sets of schemes and the workdir are checked before anything trains.
+  pt_schemes = [s for s in str(exp.kv_pretrained_schemes).split(",") if s]
+  # Every set of schemes, the criterion's settings and the workdir are checked before
+  # anything trains.
   lm_dir = exp.lm_workdir or os.path.join(workdir, "lm")
   lm_config = ml_collections.ConfigDict(config.to_dict())
   check_schemes(lm_config, schemes)
   check_schemes(kv_config, kv_schemes, "experiment.kv_schemes")
+  criterion.check_settings(exp)
+  if pt_schemes:
+    check_schemes(kv_config, pt_schemes, "experiment.kv_pretrained_schemes")
+  missing = [s for s in pt_schemes if s not in schemes]
+  if missing:
+    raise ValueError(f"experiment.kv_pretrained_schemes: {missing} have no language model "
+                     f"(experiment.schemes={exp.schemes!r}); add them there or leave them out")
+  variants = {s: pretrained_variant(lm_config, kv_config, s) for s in pt_schemes}
+  kv_seeds = seeds_of(kv_config)
+  missing = [k for k in kv_seeds if pt_schemes and k not in seeds_of(lm_config)]
+  if missing:
+    raise ValueError(f"experiment.kv_seeds: seeds {missing} have no language model to start "
+                     f"the LM-pretrained retrieval runs from (experiment.seeds={exp.seeds!r})")
+  lm_run = lambda scheme: lambda seed: run_dir_of(lm_dir, scheme, seed)
+  for scheme in kv_schemes:
+    criterion.check_finished(kv_config, kv_dir, scheme, kv_seeds)
+  for scheme in pt_schemes:
+    criterion.check_finished(kv_config, kv_lm_dir, scheme, kv_seeds, lm_run(scheme),
+                             variants[scheme]["max_len"])
   # An extrapolation workdir given as --workdir (say, the same as lm_workdir) would have its
   # results.json and results.md overwritten by the probes'.
   experiment_results.check_workdir(workdir, EXPERIMENT)
   os.makedirs(workdir, exist_ok=True)
 
   lm_runs = train_schemes(lm_config, lm_dir, schemes)
-  kv_runs = train_schemes(kv_config, kv_dir, kv_schemes)
+  kv_runs = {s: criterion.train_to_criterion(kv_config, kv_dir, s, kv_seeds)
+             for s in kv_schemes}
+  pt_runs = {s: criterion.train_to_criterion(kv_config, kv_lm_dir, s, kv_seeds,
+                                             f"{s} (LM-pretrained)", lm_run(s),
+                                             variants[s]["max_len"]) for s in pt_schemes}
 
   results = {"agreement": {}, "census": {}, "retrieval": {}, "retrieval_criterion": {},
+             "retrieval_lm_pretrained": {}, "retrieval_criterion_lm_pretrained": {},
              "kv_train_pairs": exp.kv_train_pairs, "kv_min_pairs": exp.kv_min_pairs,
-             "kv_criterion": exp.kv_criterion, "lm_then_retrieval": LM_THEN_RETRIEVAL,
+             "kv_criterion": exp.kv_criterion, "kv_check_items": exp.kv_check_items,
+             "kv_stages": criterion.stages(exp), "kv_retry": exp.kv_retry.to_dict(),
+             "lm_then_retrieval": LM_THEN_RETRIEVAL.format(
+                 schemes=", ".join(pt_schemes) or "none", lm_dir=lm_dir),
              "agreement_scoring": "complete words, boundaries " + repr(WORD_BOUNDARIES)}
   for scheme in schemes:
     for seed in lm_runs[scheme]:
@@ -259,16 +316,26 @@ def run(config, workdir: str) -> None:
       if seed == min(lm_runs[scheme]):  # the census of every scheme's first seed
         results["census"][scheme] = heads.census_summary(cfg, params, tokenizer, exp)
   results["agreement_pooled"] = {s: pool_seeds(r) for s, r in results["agreement"].items()}
-  for scheme in kv_schemes:
-    for seed in kv_runs[scheme]:
-      print(f"== retrieval {scheme} seed {seed}", flush=True)
-      cfg, params, tokenizer = _load(run_dir_of(kv_dir, scheme, seed))
-      r = retrieval(Scorer(cfg, params), tokenizer, exp, cfg.max_len)
-      results["retrieval"].setdefault(scheme, {})[seed] = r
-      at_train = r.get(exp.kv_train_pairs, {}).get("mean_accuracy")
-      results["retrieval_criterion"].setdefault(scheme, {})[seed] = {
-          "accuracy_at_training_pairs": at_train,
-          "met": at_train is not None and at_train >= exp.kv_criterion}
+  for runs, key, suffix in ((kv_runs, "retrieval", ""),
+                            (pt_runs, "retrieval_lm_pretrained", " (LM-pretrained)")):
+    for scheme, by_seed in runs.items():
+      for seed, record in by_seed.items():
+        crit = results[key.replace("retrieval", "retrieval_criterion")]
+        crit.setdefault(scheme, {})[seed] = record
+        if "run_dir" not in record:  # never trained (no setting met it on the first seed)
+          continue
+        print(f"== retrieval {scheme}{suffix} seed {seed}", flush=True)
+        cfg, params, tokenizer = _load(record["run_dir"], record["step"])
+        r = retrieval(Scorer(cfg, params), tokenizer, exp, cfg.max_len)
+        results[key].setdefault(scheme, {})[seed] = r
+        record["accuracy_at_training_pairs"] = r.get(exp.kv_train_pairs, {}).get(
+            "mean_accuracy")
+  # Schemes compared in the lost-in-the-middle results: those whose every seed met the
+  # criterion; the others are training failures.
+  results["retrieval_compared"] = {
+      key: sorted(s for s, by_seed in results[f"retrieval_criterion{key}"].items()
+                  if all(r["met"] for r in by_seed.values()))
+      for key in ("", "_lm_pretrained")}
 
   scheme = exp.map_scheme if exp.map_scheme in schemes else schemes[0]
   cfg, params, tokenizer = _load(run_dir_of(lm_dir, scheme, min(lm_runs[scheme])))
@@ -277,12 +344,12 @@ def run(config, workdir: str) -> None:
   experiment_results.write(results, workdir, start, plots.write_all, EXPERIMENT)
 
 
-# Liu et al. 2023 probed pretrained language models. The closer variant here, a decoder
-# trained as a language model on the grammar corpus and then fine-tuned on retrieval, needs
-# training to start from another run's parameters, which transformer.train cannot do yet
-# (no train.init_from): not run.
-LM_THEN_RETRIEVAL = ("not run: transformer.train cannot initialize from another run's "
-                     "parameters (no train.init_from)")
+# Liu et al. 2023 probed pretrained language models. The closer variant here: a decoder
+# trained as a language model on the corpus, then on retrieval (train.init_from), with the
+# same criterion, curve and U-test.
+LM_THEN_RETRIEVAL = ("the language model of the same scheme and seed ({lm_dir}/runs/<scheme>/"
+                     "seed<k>), then trained on retrieval from its parameters (fresh "
+                     "optimizer) to the same criterion; schemes: {schemes}")
 
 
 def pool_seeds(by_seed: dict) -> dict:

@@ -1,0 +1,154 @@
+"""The retrieval models' criterion loop (experiments/probes/criterion.py), end to end from the
+command line at CI size: stages extend a run, a run below the criterion at the cap is
+retried with other settings, checks are cached so a re-run trains nothing it has, and a run
+resumed with more steps is the run given those steps from the start. The LM-then-retrieval
+path is checked in tests/experiments_test.py::test_probes_outputs."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from configs import probes as probes_config
+from experiments.probes import criterion
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = "configs/probes.py:tiny=true,steps=4"
+# One LM scheme, one retrieval scheme, no LM-pretrained runs: the criterion loop alone.
+ONLY_ROPE = ("--config.experiment.schemes=rope", "--config.experiment.kv_schemes=rope",
+             "--config.experiment.kv_pretrained_schemes=")
+
+
+def _command(module, config, workdir, *extra):
+  env = dict(os.environ, TFDS_DATA_DIR=str(workdir.parent / "tfds"))
+  proc = subprocess.run([sys.executable, "-m", module, "--config", config, "--workdir",
+                         str(workdir), *extra], cwd=ROOT, env=env, capture_output=True,
+                        text=True)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc.stdout
+
+
+def _probes(lm, workdir, *extra):
+  out = _command("experiments.probes.run", TINY, workdir, f"--config.experiment.lm_workdir={lm}",
+                 *ONLY_ROPE, *extra)
+  return out, json.loads((workdir / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("probes") / "lm"
+  _command("experiments.extrapolation.run", "configs/extrapolation.py:tiny=true,steps=4",
+           workdir, "--config.experiment.schemes=rope")
+  return workdir
+
+
+def _summary(run_dir):
+  return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_stages_and_attempts_from_the_config():
+  config = probes_config.get_config()
+  exp = config.experiment
+  assert criterion.stages(exp) == [exp.kv_steps, *range(exp.kv_steps + exp.kv_extend_steps,
+                                                        exp.kv_max_steps, exp.kv_extend_steps),
+                                   exp.kv_max_steps]
+  assert exp.kv_check_items >= 500 and exp.kv_criterion == 0.9
+  exp.kv_steps, exp.kv_extend_steps, exp.kv_max_steps = 2, 3, 7
+  assert criterion.stages(exp) == [2, 5, 7]  # the cap is always the last check
+  exp.kv_max_steps = 1
+  with pytest.raises(ValueError, match="kv_steps <= kv_max_steps"):
+    criterion.stages(exp)
+  config.experiment.kv_retry.rope = "opt.lr=3e-4 | opt.lr=1e-2;opt.warmup_steps=5"
+  assert criterion.attempts(config, "rope") == ["", "opt.lr=3e-4", "opt.lr=1e-2;opt.warmup_steps=5"]
+  config.experiment.kv_retry.rope = "opt.lr"
+  with pytest.raises(ValueError, match="experiment.kv_retry.rope"):
+    criterion.attempts(config, "rope")
+
+
+def test_check_items_are_held_out_and_uniform_in_position():
+  items = criterion.check_items(32, 512)
+  assert len(set(items)) == 512
+  train_like = criterion.check_items(32, 512, seed=1)
+  assert not set(items) & set(train_like)
+  # The queried key's index among the pairs covers the whole context.
+  positions = []
+  for q, _ in items:
+    pairs, key = q.split(" ? ")
+    positions.append([p.split(":")[0] for p in pairs.split(" ")].index(key))
+  assert min(positions) == 0 and max(positions) == 31
+
+
+@pytest.mark.slow
+def test_criterion_loop_extends_retries_caches_and_resumes(lm, tmp_path):
+  workdir = tmp_path / "probes"
+  kv = workdir / "kv" / "runs" / "rope"
+  # Not reachable in 4 steps: two stages (2, 4), then the retry's two stages.
+  out, results = _probes(lm, workdir, "--config.experiment.kv_steps=2",
+                         "--config.experiment.kv_extend_steps=2",
+                         "--config.experiment.kv_max_steps=4",
+                         "--config.experiment.kv_criterion=0.99",
+                         "--config.experiment.kv_retry.rope=opt.lr=1e-2")
+  record = results["retrieval_criterion"]["rope"]["0"]
+  assert record["met"] is False and record["steps_to_criterion"] is None
+  assert [a["retry"] for a in record["attempts"]] == [0, 1]
+  assert [[c["step"] for c in a["checks"]] for a in record["attempts"]] == [[2, 4], [2, 4]]
+  assert all(c["n"] == 8 and 0 <= c["accuracy"] < 0.99 for a in record["attempts"]
+             for c in a["checks"])
+  assert record["run_dir"].endswith("seed0_retry1") and record["settings"] == "opt.lr=1e-2"
+  assert _summary(kv / "seed0")["step"] == 4 and _summary(kv / "seed0_retry1")["step"] == 4
+  retry_config = json.loads((kv / "seed0_retry1" / "config.json").read_text())
+  assert retry_config["opt"]["lr"] == 1e-2 and retry_config["opt"]["schedule"] == "rsqrt"
+  assert results["retrieval_compared"][""] == []
+  assert "rope" in results["retrieval"]  # evaluated and shown, marked as a failure
+  md = (workdir / "results.md").read_text()
+  assert "no (training failure)" in md and "| rope | 0 | False | — | opt.lr=1e-2 |" in md
+
+  # A criterion the first stage meets: its cached check decides, nothing trains again, and
+  # the evaluated model is that stage's checkpoint.
+  out, results = _probes(lm, workdir, "--config.experiment.kv_steps=2",
+                         "--config.experiment.kv_extend_steps=2",
+                         "--config.experiment.kv_max_steps=4",
+                         "--config.experiment.kv_criterion=0.0",
+                         "--config.experiment.kv_retry.rope=opt.lr=1e-2")
+  record = results["retrieval_criterion"]["rope"]["0"]
+  assert "== training" not in out
+  assert record["met"] is True and record["steps_to_criterion"] == 2 and record["step"] == 2
+  assert record["run_dir"].endswith("seed0") and len(record["attempts"]) == 1
+  assert results["retrieval_compared"][""] == ["rope"]
+
+  # A higher cap resumes the first attempt from step 4 (stages 2 and 4 come from the cache).
+  out, results = _probes(lm, workdir, "--config.experiment.kv_steps=2",
+                         "--config.experiment.kv_extend_steps=2",
+                         "--config.experiment.kv_max_steps=6",
+                         "--config.experiment.kv_criterion=0.99",
+                         "--config.experiment.kv_retry.rope=")
+  record = results["retrieval_criterion"]["rope"]["0"]
+  assert out.count("== training") == 1 and "to step 6" in out
+  assert [c["step"] for c in record["attempts"][0]["checks"]] == [2, 4, 6]
+  staged = _summary(kv / "seed0")
+  assert staged["step"] == 6
+
+  # The rsqrt schedule ignores train.steps: 2 + 2 + 2 steps in three sessions are 6 steps
+  # in one.
+  fresh = tmp_path / "fresh"
+  _probes(lm, fresh, "--config.experiment.kv_steps=6", "--config.experiment.kv_max_steps=6",
+          "--config.experiment.kv_criterion=0.99", "--config.experiment.kv_retry.rope=")
+  once = _summary(fresh / "kv" / "runs" / "rope" / "seed0")
+  assert once["final_eval_loss"] == pytest.approx(staged["final_eval_loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_changed_retrieval_settings_are_refused_before_training(lm, tmp_path):
+  workdir = tmp_path / "probes"
+  _probes(lm, workdir, "--config.experiment.kv_criterion=0.0")
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.probes.run", "--config", TINY, "--workdir",
+       str(workdir), f"--config.experiment.lm_workdir={lm}", *ONLY_ROPE,
+       "--config.experiment.kv_lr=0.5"], cwd=ROOT, capture_output=True, text=True,
+      env=dict(os.environ, TFDS_DATA_DIR=str(tmp_path / "tfds")))
+  assert proc.returncode == 1
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and "opt.lr" in lines[0] and "new --workdir" in lines[0], proc.stderr
