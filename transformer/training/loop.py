@@ -99,6 +99,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     try:
       return _train_and_evaluate(config, workdir, lock)
     except BaseException as e:
+      preemption.handled()
       with preemption.ignored():
         removed = jax.process_index() == 0 and workdir_cleanup.remove_if_empty_handed(made)
       if isinstance(e, preemption.Interrupted):

@@ -3,13 +3,15 @@ step boundary and exits, and every host of a multi-process job stops at the same
 the loop (start-up, the first compile) and on a second signal, `interruptible()` turns either
 signal into `Interrupted`, which the job turns into one line after cleaning up."""
 
+import _thread
 import contextlib
+import os
 import signal
 import threading
+import time
 
-import jax
-import numpy as np
-from jax.experimental import multihost_utils
+# Light on purpose (jax is imported where used): the train command installs
+# `exit_while_starting` before its heavy imports.
 
 
 class Interrupted(KeyboardInterrupt):
@@ -22,9 +24,45 @@ class Interrupted(KeyboardInterrupt):
     self.name = signal.Signals(signum).name
 
 
+def exit_while_starting() -> None:
+  """Until `interruptible()` takes over: SIGINT/SIGTERM print one line and exit at once.
+  Installed first thing by the train command; nothing is written before then, so nothing is
+  left half-done (SIGINT would print a traceback of whatever import it landed in)."""
+  def handle(signum, frame):
+    del frame
+    os.write(2, f"stopped by {signal.Signals(signum).name} while starting; nothing was "
+                f"written\n".encode())
+    os._exit(128 + signum)
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, handle)
+
+
+_pending = []  # the signal of an Interrupted that has not reached the job's handler yet
+
+
 def _raise(signum, frame):
-  del frame
+  # An exception raised inside a garbage-collection callback or a __del__ is printed and
+  # dropped by Python (a Ctrl-C that lands there would be lost and the run train on), so
+  # there it is deferred, and a watchdog re-delivers the signal until one lands.
+  if not _pending:
+    _pending.append(signum)
+    threading.Thread(target=_redeliver, daemon=True).start()
+  if frame is not None and frame.f_code.co_name in ("__del__", "_xla_gc_callback"):
+    return
   raise Interrupted(signum)
+
+
+def _redeliver():
+  while True:
+    time.sleep(1.0)
+    if not _pending:
+      return
+    _thread.interrupt_main(_pending[0])
+
+
+def handled() -> None:
+  """The job caught its Interrupted: no more re-delivery."""
+  _pending.clear()
 
 
 @contextlib.contextmanager
@@ -38,6 +76,7 @@ def interruptible():
   try:
     yield
   finally:
+    _pending.clear()
     for sig, handler in previous.items():
       signal.signal(sig, handler)
 
@@ -75,6 +114,9 @@ class StopSignal:
       signal.signal(sig, handler)
 
   def requested(self) -> bool:
+    import jax  # pylint: disable=g-import-not-at-top
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     if jax.process_count() == 1:
       return self.received is not None
     # Any host's signal stops every host at the same step, or the save would deadlock.
