@@ -52,27 +52,28 @@ class _DiskFullNoiseFilter(logging.Filter):
 
   def filter(self, record):
     error = record.exc_info[1] if record.exc_info else None
-    return not (_is_disk_full(record.getMessage()) or _is_disk_full(error))
+    return _is_disk_full(record.getMessage()) is None and _is_disk_full(error) is None
 
 
 class DiskFull(ValueError):
   """A save, or another write of the run, failed for lack of space: one line for the user."""
 
 
-def _is_disk_full(error) -> bool:
-  """ENOSPC/EDQUOT as an OSError anywhere in the chain, or tensorstore's text for it."""
+def _is_disk_full(error):
+  """The ENOSPC/EDQUOT OSError anywhere in the chain, or the error with tensorstore's text
+  for it; None if there is none."""
   seen = set()
   while error is not None and id(error) not in seen:
     seen.add(id(error))
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-      return True
+      return error
     text = str(error)
     if "No space left on device" in text or "os_error_code='28'" in text:
-      return True
+      return error
     if isinstance(error, str):
-      return False
+      return None
     error = error.__cause__ or error.__context__
-  return False
+  return None
 
 
 def _free_bytes(path: str) -> int | None:
@@ -120,16 +121,17 @@ def _check_space(manager, step: int, state: dict) -> None:
 
 def disk_full(error, where: str) -> DiskFull | None:
   """The one-line DiskFull for `error` if it is one (None otherwise); `where`: what was written."""
-  if not _is_disk_full(error):
+  found = _is_disk_full(error)
+  if found is None:
     return None
-  path = getattr(error, "filename", None) or where
+  path = getattr(found, "filename", None) or where
   return DiskFull(f"no space left on the device of {path} ({free_space(path)}): free some "
                   f"space and re-run the same command to resume")
 
 
 def _save_failed(error, manager) -> DiskFull | None:
   """A failed save as DiskFull, its partial temporary folder removed (it only takes space)."""
-  if not _is_disk_full(error):
+  if _is_disk_full(error) is None:
     return None
   directory = str(manager.directory)
   partial = [n for n in os.listdir(directory) if ".orbax-checkpoint-tmp" in n] \
