@@ -89,11 +89,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Train per `config`, writing logs and checkpoints under `workdir`; returns the summary.
 
   A run that fails before logging a step or saving a checkpoint leaves no workdir behind if
-  it made it, nor the parent folders it made for it (what it wrote by then, config.json and
-  empty logs, says nothing). SIGINT/SIGTERM before the loop (or a second one in it) ends the
+  it made it, nor the parent folders it made for it, nor what it added to a folder that existed
+  (workdir_cleanup.py). SIGINT/SIGTERM before the loop (or a second one in it) ends the
   job with one line on stderr and exit status 128 + the signal, after that same cleanup; a
   full disk anywhere is one line (checkpoint.DiskFull)."""
-  made = workdir_cleanup.missing_folders(workdir)
+  before = workdir_cleanup.Before(workdir)
   lock = workdir_lock.WorkdirLock(workdir)  # taken once the config passed its checks
   with preemption.interruptible():
     try:
@@ -101,7 +101,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     except BaseException as e:
       preemption.handled()
       with preemption.ignored():
-        removed = jax.process_index() == 0 and workdir_cleanup.remove_if_empty_handed(made)
+        removed = jax.process_index() == 0 and before.clean_up()
       if isinstance(e, preemption.Interrupted):
         print(f"stopped by {e.name}; " + (
             f"removed {workdir} (this run made it): re-run the same command to start"

@@ -2,7 +2,8 @@
 
 A run that fails (or is interrupted) before it logged a step or saved a checkpoint removes the
 workdir if it made it, and the parent folders it made for it; what it wrote by then
-(config.json, empty logs, the lock) says nothing. A workdir that existed is left as it was.
+(config.json, empty logs, the lock) says nothing. In a folder that existed it removes only the
+entries it added (not the .lock: removing a lock file races with its next taker).
 """
 
 import os
@@ -18,11 +19,36 @@ def missing_folders(workdir: str) -> list[str]:
   return missing
 
 
+class Before:
+  """What was there before a run in `workdir` started; `clean_up()` after it failed."""
+
+  def __init__(self, workdir: str):
+    self.workdir = os.path.abspath(workdir)
+    self.made = missing_folders(workdir)
+    self.entries = None if self.made else set(os.listdir(self.workdir))
+
+  def clean_up(self) -> bool:
+    """Remove what the run added, unless it holds results; True if the workdir it made is
+    gone (False for a folder that existed)."""
+    if self.made:
+      return remove_if_empty_handed(self.made)
+    if self.entries is None or holds_results(self.workdir):
+      return False
+    for name in set(os.listdir(self.workdir)) - self.entries - {".lock"}:
+      path = os.path.join(self.workdir, name)
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        os.remove(path)
+    return False
+
+
 def holds_results(workdir: str) -> bool:
+  """A logged step, a checkpoint, or a damaged checkpoint set aside (the user's to judge)."""
   metrics = os.path.join(workdir, "metrics.jsonl")
-  checkpoints = os.path.join(workdir, "checkpoints")
+  folders = [os.path.join(workdir, name) for name in ("checkpoints", "checkpoints_damaged")]
   return ((os.path.exists(metrics) and os.path.getsize(metrics) > 0) or
-          (os.path.isdir(checkpoints) and any(os.scandir(checkpoints))))
+          any(os.path.isdir(f) and any(os.scandir(f)) for f in folders))
 
 
 def remove_if_empty_handed(made: list[str]) -> bool:
