@@ -191,7 +191,10 @@ def main(argv):
                      extra_flags=sweep.passthrough_flags(f["config"]), dry_run=f.dry_run,
                      multihost=f.multihost)
   if result["failed"]:
-    raise SystemExit(1)
+    failed = result["failed"]
+    raise SystemExit(f"error: {len(failed)} run{'s' if len(failed) > 1 else ''} failed "
+                     f"({', '.join(failed)}): see {f.workdir}/<run>/train.log, then re-run the "
+                     f"same command to retry {'them' if len(failed) > 1 else 'it'}")
 
 
 if __name__ == "__main__":

@@ -199,14 +199,20 @@ def save(manager, step: int, state: dict, data_state: dict, config, eval_loss=No
       data=ocp.args.JsonSave(data_state),
       meta=ocp.args.JsonSave({"config": json.loads(config.to_json())}))
   try:
-    return manager.save(step, args=args, metrics=metrics, force=force)
+    saved = manager.save(step, args=args, metrics=metrics, force=force)
   except Exception as e:  # pylint: disable=broad-except
     raise _save_failed(e, manager) or e
+  _in_flight.add(id(manager))
+  return saved
+
+
+_in_flight: set[int] = set()  # id() of the managers with a save not yet `finish`ed
 
 
 def finish(manager) -> None:
   """Wait for the save in flight; raise DiskFull (one line) if it failed for lack of space;
   then record the sha256 sums of every complete step that has none (process 0)."""
+  _in_flight.discard(id(manager))
   try:
     manager.wait_until_finished()
   except Exception as e:  # pylint: disable=broad-except
@@ -221,7 +227,7 @@ def finish(manager) -> None:
 def check_saving(manager) -> None:
   """Per step: `finish` a background save as soon as it ended, so a failed one stops the run
   at once instead of at the next save, and the sums are recorded while the run goes on."""
-  if not manager.is_saving_in_progress():
+  if id(manager) in _in_flight and not manager.is_saving_in_progress():
     finish(manager)
 
 
