@@ -91,7 +91,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   A run that fails before logging a step or saving a checkpoint leaves no workdir behind if
   it made it, nor the parent folders it made for it, nor what it added to a folder that existed
   (workdir_cleanup.py). SIGINT/SIGTERM before the loop (or a second one in it) ends the
-  job with one line on stderr and exit status 128 + the signal, after that same cleanup; a
+  process with one line on stderr and exit status 128 + the signal, after that same cleanup; a
   full disk anywhere is one line (checkpoint.DiskFull)."""
   before = workdir_cleanup.Before(workdir)
   lock = workdir_lock.WorkdirLock(workdir)  # taken once the config passed its checks
@@ -107,7 +107,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             f"removed {workdir} (this run made it): re-run the same command to start"
             if removed else "re-run the same command to resume from the latest checkpoint"),
             file=sys.stderr, flush=True)
-        raise SystemExit(128 + e.signum) from None
+        sys.stdout.flush()
+        # Not SystemExit: the interpreter's exit would join threads the signal left blocked
+        # (a data prefetcher on its full queue) and hang. Checkpoints are closed by now, the
+        # workdir cleaned up, and the kernel drops the workdir's flock.
+        os._exit(128 + e.signum)
       full = None if isinstance(e, checkpoint.DiskFull) else checkpoint.disk_full(e, workdir)
       if full is not None:
         raise full from None
