@@ -190,7 +190,7 @@ def test_unknown_names_fail_with_valid_choices(tmp_path):
        r".*tfds build lm1b --data_dir=.* --file_format=array_record$"),
       (dict(name="wmt14_translate/de-en"), "lm", r"catalog dataset .*tfds build "
        r"wmt14_translate/de-en "),
-      (dict(tokenizer="wordpiece"), "lm", r"valid: \['bytes', 'huggingface', 'sentencepiece'\]"),
+      (dict(tokenizer="wordpiece"), "lm", r"valid: \['bytes', 'huggingface', 'sentencepiece', 'tiktoken'\]"),
       (dict(size="huge"), "lm", r"valid: \['tiny', 'small', 'medium', 'large'\]"),
       (dict(name="algorithmic", task="divide"), "seq2seq", r"valid: \['addition', 'copy'"),
       (dict(), "clm", r"valid: \['lm', 'mlm', 'seq2seq'\]"),

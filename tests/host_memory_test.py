@@ -1,5 +1,6 @@
 """Retaining freed host memory: repeated XLA:CPU calls stop page-faulting, and only then."""
 
+import json
 import os
 import platform
 import subprocess
@@ -42,3 +43,35 @@ def test_retained_memory_is_reused_instead_of_faulted_back_in():
   # 64 MiB is 16384 pages.
   assert default > 10000, default
   assert retained < default / 10, (default, retained)
+
+
+BACKEND_SCRIPT = """
+import json, sys
+from transformer.cpu import host_memory
+print(json.dumps([host_memory.cpu_backend(), host_memory.retain_freed_memory(),
+                  "jax._src.xla_bridge" in sys.modules and
+                  bool(sys.modules["jax._src.xla_bridge"]._backends)]))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc mallopt only")
+@pytest.mark.parametrize("platforms,plugin,want", [
+    ("cpu", False, True), ("cuda", False, False), ("tpu,cpu", False, False),
+    ("", False, True),    # nothing chosen, no accelerator installed: JAX uses the CPU
+    ("", True, False),    # an accelerator plugin installed (jax[cuda12] / a TPU VM): skip
+    ("cpu", True, True),  # ... unless the run asks for the CPU
+])
+def test_malloc_settings_apply_only_on_the_cpu_backend(tmp_path, platforms, plugin, want):
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  path = [ROOT]
+  if plugin:  # a PJRT plugin module in JAX's namespace package, as jax_cuda12_plugin ships
+    (tmp_path / "jax_plugins" / "fake_accelerator").mkdir(parents=True)
+    (tmp_path / "jax_plugins" / "fake_accelerator" / "__init__.py").write_text("")
+    path.append(str(tmp_path))
+  env.update(PYTHONPATH=os.pathsep.join(path), **({"JAX_PLATFORMS": platforms} if platforms
+                                                   else {}))
+  out = subprocess.run([sys.executable, "-c", BACKEND_SCRIPT], env=env, check=True,
+                       capture_output=True, text=True).stdout
+  on_cpu, applied, started = json.loads(out.split("\n")[-2])
+  assert (on_cpu, applied) == (want, want)
+  assert not started  # deciding started no backend (and so no XLA threads)

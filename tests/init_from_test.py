@@ -254,7 +254,7 @@ def _tensorboard_steps(workdir):
   for name in sorted(os.listdir(logdir)):
     path = os.path.join(logdir, name)
     steps += [s for s, tag, _ in tensorboard_events.read_scalars(path) if tag == "loss"]
-    starts += [e.get(2, 0) for e in tensorboard_events.read_events(path) if 7 in e]
+    starts += [e.step for e in tensorboard_events.read_events(path) if e.HasField("session_log")]
   return sorted(steps), starts
 
 

@@ -1,5 +1,6 @@
 """Two processes on localhost (jax.distributed, CPU collectives over gloo) train one model
-together and agree with one process that holds both devices and both data shards."""
+together and agree with one process that holds both devices and both data shards, and a
+SIGTERM to one of them stops both at the same step."""
 
 import json
 import os
@@ -62,3 +63,32 @@ def test_two_processes_agree_with_one(tmp_path, tmp_path_factory):
   assert len(os.listdir(tmp_path / "two" / "tensorboard")) == 1
   assert sorted(os.listdir(tmp_path / "two" / "checkpoints")) == ["2", "3"]
 
+
+
+def test_sigterm_to_one_process_stops_both_at_the_same_logging_step(tmp_path, tmp_path_factory):
+  # The hosts share their stop flags only every train.log_every steps: a SIGTERM that process
+  # 0 takes while fetching step 3's batch stops both processes after step 4 (not 3), with one
+  # checkpoint of step 4 that both wrote their shards of. Only process 0 prints.
+  env = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
+  data_dir = str(tmp_path / "tfds")
+  sets = ["train.steps=8", "train.log_every=2", "train.checkpoint_every=1000",
+          "train.data_shards=2"]
+  address = f"localhost:{_free_port()}"
+  procs = []
+  for i in range(2):
+    cmd = [sys.executable, os.path.join(HERE, "helpers", "tiny_run.py"), "--workdir",
+           str(tmp_path / "run"), "--data_dir", data_dir, "--coordinator_address", address,
+           "--num_processes", "2", "--process_id", str(i)]
+    cmd += ["--signal_at_step", "3:SIGTERM"] if i == 0 else []
+    for s in sets:
+      cmd += ["--set", s]
+    procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env, cwd=os.path.dirname(HERE)))
+  outs = [p.communicate(timeout=600) for p in procs]
+  for p, (_, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+  assert [r["summary"] for r in results] == [{"step": 4, "stopped": True}] * 2
+  assert "stopped by SIGTERM at step 4" in "".join(outs[0])
+  assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["4"]
+  assert sorted(map(int, results[0]["losses"])) == [2, 4]  # the logged steps

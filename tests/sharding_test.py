@@ -1,5 +1,7 @@
-"""Meshes, logical-axis rules, and: 3 training steps on 8 (fake CPU) devices under data,
-fsdp and tensor meshes give the one-device losses."""
+"""Meshes, logical-axis rules, and on 8 (fake CPU) devices: 3 training steps under data,
+fsdp and tensor meshes give the one-device losses, and the compiled step of a tensor mesh
+splits the activations (by head, mlp unit and, between sub-layers, position) while an fsdp
+mesh splits the parameters and optimizer state, as XLA's memory analysis counts them."""
 
 import json
 import os
@@ -49,6 +51,28 @@ def test_rules_map_weights_and_activations():
   assert (sharding.logical_to_spec(("embed", "kv_heads", "head_dim"), (64, 3, 16), mesh)
           == P("fsdp", None, None))
   assert sharding.logical_to_spec(("layers", "embed"), (4, 64), mesh) == P(None, "fsdp")
+
+
+def test_activation_constraints_split_what_the_mesh_divides():
+  import flax.linen as nn
+  import jax.numpy as jnp
+  from jax.sharding import AbstractMesh, AxisType
+  from transformer.model.dense import constrain
+
+  def spec(shape, names, mesh_shape=(1, 2, 8)):
+    mesh = AbstractMesh(mesh_shape, sharding.MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+    with jax.sharding.use_abstract_mesh(mesh), nn.logical_axis_rules(sharding.RULES):
+      eqns = jax.make_jaxpr(lambda x: constrain(x, names))(jnp.zeros(shape)).jaxpr.eqns
+    return eqns[0].params["sharding"].spec
+  heads = ("batch", "length", "heads", "head_dim")
+  assert spec((8, 16, 8, 32), heads) == P(("data", "fsdp"), None, "tensor", None)
+  # 4 heads do not split 8 ways: whole, as their weights are (logical_to_spec).
+  assert spec((8, 16, 4, 32), heads) == P(("data", "fsdp"), None, None, None)
+  assert (spec((8, 16, 64), ("batch", "residual_length", "embed"))
+          == P(("data", "fsdp"), "tensor", None))
+  assert spec((8, 16, 1024), ("batch", "length", "mlp")) == P(("data", "fsdp"), None, "tensor")
+  # Outside sharding.activate (no mesh, no rules): no constraint at all.
+  assert not jax.make_jaxpr(lambda x: constrain(x, heads))(jnp.zeros((8, 16, 8, 32))).eqns
 
 
 def test_batch_size_must_divide_over_the_data_parallel_devices():
@@ -134,3 +158,73 @@ print(json.dumps(out))
     got = {int(k): v for k, v in results[str(mesh)].items()}
     np.testing.assert_allclose([got[s] for s in (1, 2, 3)], [reference[s] for s in (1, 2, 3)],
                                atol=1e-5, rtol=0, err_msg=f"mesh {mesh}")
+
+
+# d_model 256, 8 heads of 32, d_ff 1024, 256 tokens x 8 rows: activations dominate the step.
+MEMORY_SCRIPT = """
+import json, sys
+import jax, numpy as np
+from jax.sharding import Mesh
+from transformer import schema
+from transformer.training import loop, sharding
+assert jax.device_count() == 8, jax.devices()
+model = schema.model_config(kind="decoder", vocab_size=256, ffn="gelu", max_len=256,
+                            position=schema.position_config("learned"), d_model=256,
+                            num_layers=2, num_heads=8, d_ff=1024)
+config = schema.experiment_config(model, schema.ml_collections.ConfigDict(dict(seq_len=256)),
+                                  schema.objective_config("lm"), batch_size=8, steps=10)
+config.opt.name = "adamw"
+tokens = np.random.default_rng(0).integers(0, 256, (8, 257), dtype=np.int32)
+batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+         "segment_ids": np.ones((8, 256), np.int32),
+         "positions": np.broadcast_to(np.arange(256, dtype=np.int32), (8, 256)).copy(),
+         "weights": np.ones((8, 256), np.float32)}
+out = {}
+for shape in [(1, 1, 1), (1, 1, 8), (1, 8, 1)]:
+  devices = np.array(jax.devices()[:int(np.prod(shape))]).reshape(shape)
+  mesh = Mesh(devices, sharding.MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3)
+  built = loop.build(config, mesh)
+  state_bytes = sum(int(np.prod(a.sharding.shard_shape(a.shape))) * a.dtype.itemsize
+                    for a in jax.tree.leaves(built.abstract_state))
+  with sharding.activate(mesh):
+    state = jax.jit(built.init, out_shardings=built.state_shardings)(0)
+    global_batch = sharding.global_batch(batch, mesh)
+    compiled = built.train_step.lower(state, global_batch).compile()
+    losses = []
+    for _ in range(2):
+      state, metrics = compiled(state, global_batch)
+      losses.append(float(metrics["loss"]))
+  memory = compiled.memory_analysis()
+  out[str(shape)] = dict(temp=memory.temp_size_in_bytes,
+                         argument=memory.argument_size_in_bytes, state=state_bytes,
+                         losses=losses, hlo=compiled.as_text())
+print(json.dumps(out))
+"""
+
+
+def test_tensor_mesh_splits_activations_and_fsdp_splits_the_state():
+  env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+  env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+  proc = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT], capture_output=True, text=True,
+                        env=env, timeout=900, cwd=os.path.dirname(HERE))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  one, tensor, fsdp = got["(1, 1, 1)"], got["(1, 1, 8)"], got["(1, 8, 1)"]
+  for name, run in (("tensor", tensor), ("fsdp", fsdp)):
+    np.testing.assert_allclose(run["losses"], one["losses"], atol=1e-5, rtol=0, err_msg=name)
+  # Activations and temporaries per device: several-fold less on the tensor mesh.
+  assert tensor["temp"] * 3 < one["temp"], (tensor["temp"], one["temp"])
+  # Parameters and optimizer state per device: 1/8 on the fsdp mesh, up to the few small
+  # vectors that 'embed' does not name (mlp biases).
+  assert one["state"] / 8 <= fsdp["state"] < one["state"] / 8 * 1.05, (fsdp["state"],
+                                                                       one["state"])
+  # The programs themselves: on the tensor mesh each device holds 1 of the 8 heads of the
+  # queries [2048 tokens, heads, 32], 128 of the 1024 mlp units, and between sub-layers 32 of
+  # the 256 positions of the residual stream [8, 256, 256]; one device holds them whole.
+  def has(run, *shapes):
+    return any(f"f32[{s}]" in run["hlo"] for s in shapes)
+  heads = lambda n: (f"2048,{n},32", f"8,256,{n},32")
+  assert has(one, *heads(8)) and has(one, "2048,1024") and has(one, "8,256,256")
+  assert has(tensor, *heads(1)) and not has(tensor, *heads(8))
+  assert has(tensor, "2048,128") and not has(tensor, "2048,1024")
+  assert has(tensor, "8,32,256")

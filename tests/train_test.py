@@ -104,6 +104,12 @@ def test_a_signal_saves_and_the_resumed_run_is_bitwise_identical(tmp_path, data_
   assert resumed["losses"] == reference["losses"]
   for a, b in zip(params_of(tmp_path), params_of(reference_dir)):
     np.testing.assert_array_equal(a, b)
+  # Wall time counts both sessions: rows carry it cumulatively, and it never goes back.
+  rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  walls = [r["wall_time_s"] for r in rows]
+  assert walls == sorted(walls) and len(rows) == 6
+  first_session = walls[2]  # step 3, the first session's last row
+  assert resumed["summary"]["wall_time_s"] > first_session > 0
 
 
 def test_sigkill_during_a_save_restarts_from_the_last_complete_checkpoint(

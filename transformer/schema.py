@@ -186,6 +186,19 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
       # model keys must match (RUNTIME_KEYS may differ). Ignored once this run has its own
       # checkpoint: resuming resumes. "" = initialize randomly.
       init_from="",
+      # START:END: a jax.profiler trace of steps START..END-1 in <workdir>/profile
+      # (docs/training.md#logs-trackers-and-profiles); "" = none.
+      profile_steps="",
+  ))
+  cfg.update(overrides)
+  return cfg
+
+
+def log_config(**overrides) -> ml_collections.ConfigDict:
+  """Where a run reports besides its workdir's files. Runtime settings: a resume may change
+  them (only model and data-stream keys are checked against a checkpoint)."""
+  cfg = ml_collections.ConfigDict(dict(
+      wandb_project="",  # a W&B project to log to (the wandb extra); "" = off
   ))
   cfg.update(overrides)
   return cfg
@@ -224,13 +237,14 @@ def objective_config(name: str, **overrides) -> ml_collections.ConfigDict:
 
 
 def experiment_config(model, data, objective, **train_overrides) -> ml_collections.ConfigDict:
-  """The whole experiment: model, data, objective, train, opt and mesh blocks."""
+  """The whole experiment: model, data, objective, train, opt, log and mesh blocks."""
   return ml_collections.ConfigDict(dict(
       model=model,
       data=data,
       objective=objective,
       train=train_config(**train_overrides),
       opt=opt_config(),
+      log=log_config(),
       # (data, fsdp, tensor); one entry may be -1 = all remaining devices.
       mesh=ml_collections.ConfigDict(dict(shape=(-1, 1, 1))),
   ))

@@ -1,7 +1,9 @@
 r"""Training throughput of the real train step on two fixed decoder workloads, fp32, CPU.
 
     python -m experiments.benchmarks.train_throughput [--workloads W1,W2] [--steps 10]
-        [--attention auto]
+        [--attention auto] [--mesh data,fsdp,tensor --cpu_devices N]
+
+    python -m experiments.benchmarks.train_throughput --workloads W1 --cpu_devices=8 --mesh=1,1,8
 
 W1: vocab 256, d_model 256, 4 layers, 4 heads, d_ff 1024 (GELU), learned positions,
     context 256, batch 16, AdamW.
@@ -26,7 +28,14 @@ Reported:
               both sides see the same machine and thread count.
   compile     seconds to lower and compile the step.
   memory      XLA's buffer accounting of the compiled step (arguments + temporaries, summed
-              over the devices) and the process's peak resident set.
+              over the devices) and the process's peak resident set; and per device (one
+              device's program, what a tensor or fsdp mesh divides): its arguments (state
+              and batch), outputs, temporaries (activations kept for the backward pass,
+              gradients, workspace) and their total, arguments + outputs - the outputs
+              donated into argument buffers + temporaries.
+  --mesh      the mesh shape (data, fsdp, tensor; -1: the remaining devices), e.g. 1,1,8
+              with --cpu_devices=8 for tensor parallelism over 8 XLA:CPU devices, 1,8,1 for
+              fsdp. Default: the train command's, -1,1,1 (data-parallel).
   faults      minor page faults per timed step (median): memory the step got back from the
               kernel. The train command, and this benchmark unless --noretain_host_memory,
               keep freed memory in the process (transformer.host_memory), which makes it ~0.
@@ -55,6 +64,8 @@ flags.FLAGS.set_default("cpu_devices", 0)
 _WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per workload (median reported).")
 _PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matrix size of the jnp.dot peak measurement.")
+_MESH = flags.DEFINE_list("mesh", ["-1", "1", "1"],
+                          "Mesh shape data,fsdp,tensor (-1: the remaining devices).")
 _ATTENTION = flags.DEFINE_string(
     "attention", "auto", "model.attention for both workloads (e.g. query_blocks to compare "
     "XLA's blockwise attention with auto's fused CPU kernel).")
@@ -77,7 +88,19 @@ def experiment(name: str):
                                     batch_size=w["batch_size"], steps=1000)
   config.opt.name = "adamw"
   config.model.attention = _ATTENTION.value
+  config.mesh.shape = mesh_flag()
   return config
+
+
+def mesh_flag() -> tuple[int, ...]:
+  try:
+    shape = tuple(int(s) for s in _MESH.value)
+  except ValueError:
+    shape = ()
+  if len(shape) != len(sharding.MESH_AXES):
+    raise ValueError(f"--mesh={','.join(_MESH.value)}: give {len(sharding.MESH_AXES)} "
+                     f"integers {','.join(sharding.MESH_AXES)}, e.g. --mesh=1,1,8")
+  return shape
 
 
 def random_batch(config, seed=0):
@@ -93,7 +116,7 @@ def random_batch(config, seed=0):
 def measure(name: str) -> dict:
   config = experiment(name)
   # Built, sharded and jitted exactly as train_and_evaluate does (on CPU: one device per core).
-  mesh = sharding.make_mesh(config.mesh.shape)
+  mesh = sharding.make_mesh(config.mesh.shape, config.train.batch_size)
   built = loop.build(config, mesh)
   shapes = built.param_shapes
   with sharding.activate(mesh):
@@ -124,7 +147,13 @@ def measure(name: str) -> dict:
   # The compiled program is one device's; every local device runs a copy.
   xla_bytes = ((memory.argument_size_in_bytes + memory.temp_size_in_bytes)
                * jax.local_device_count() if memory else 0)
-  return dict(workload=name, step_ms=step_s * 1e3, tokens_per_s=tokens / step_s,
+  per_device = {}
+  if memory:
+    per_device = dict(argument=memory.argument_size_in_bytes,
+                      output=memory.output_size_in_bytes, temp=memory.temp_size_in_bytes)
+    per_device["total"] = (per_device["argument"] + per_device["output"]
+                           - memory.alias_size_in_bytes + per_device["temp"])
+  return dict(workload=name, mesh=dict(mesh.shape), per_device=per_device, step_ms=step_s * 1e3, tokens_per_s=tokens / step_s,
               best_ms=min(times) * 1e3, cpu_ms=statistics.median(cpu_times) * 1e3,
               faults=statistics.median(faults),
               gflops=flops / 1e9, compile_s=compile_s,
@@ -140,6 +169,9 @@ def main(argv):
   # --retain_host_memory and --cpu_devices, as the train command applies them.
   retained = loop.configure_host([experiment(name) for name in _WORKLOADS.value],
                                  **cli.host_settings())
+  for name in _WORKLOADS.value:  # a --mesh the devices do not fill: an error before compute
+    config = experiment(name)
+    sharding.make_mesh(config.mesh.shape, config.train.batch_size)
   print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs "
         f"({experiment_results.cpu_model()}), {jax.devices()[0].device_kind} x{jax.device_count()}, "
         f"jax {jax.__version__}; load average {os.getloadavg()[0]:.1f}; freed host memory "
@@ -164,6 +196,16 @@ def main(argv):
           f"{r['tokens_per_s']:9.0f} {r['gflops']:8.1f} {r['gflops'] * 1e9 / peak:8.1%} "
           f"{r['compile_s']:9.1f} {r['xla_mib']:8.0f} {r['faults']:7.0f}  "
           f"{r['flops_per_token']:,} (N={r['params_non_embedding']:,})")
+  print("per-device memory of the compiled step (XLA memory analysis), MiB:")
+  print(f"{'':4} {'mesh':>24} {'argument':>9} {'output':>8} {'temp':>8} {'total':>8}")
+  for r in results:
+    mesh = ",".join(f"{k}={v}" for k, v in r["mesh"].items())
+    if r["per_device"]:
+      m = {k: v / 2**20 for k, v in r["per_device"].items()}
+      print(f"{r['workload']:4} {mesh:>24} {m['argument']:9.1f} {m['output']:8.1f} "
+            f"{m['temp']:8.1f} {m['total']:8.1f}")
+    else:
+      print(f"{r['workload']:4} {mesh:>24} (no memory analysis on this backend)")
   print(f"process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:.0f} MiB;"
         f" load average {os.getloadavg()[0]:.1f} at the end")
 

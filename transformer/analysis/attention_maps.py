@@ -10,11 +10,7 @@ is mutable, so no hooks or model changes are needed:
 import math
 
 import jax
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def capture(model, variables, *inputs, **kwargs) -> dict[str, np.ndarray]:
@@ -43,6 +39,13 @@ def capture(model, variables, *inputs, **kwargs) -> dict[str, np.ndarray]:
 def plot_heads(weights_NLS: np.ndarray, query_labels, path: str, key_labels=None,
                title: str = "") -> str:
   """One heatmap per head (rows: queries, columns: keys), token labels on both axes."""
+  # Imported here: matplotlib is the `experiments` extra, which the core install goes without.
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ValueError("plotting needs matplotlib: pip install -e '.[experiments]'") from None
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   key_labels = query_labels if key_labels is None else key_labels
   n = weights_NLS.shape[0]
   cols = min(n, 4)

@@ -16,4 +16,4 @@ from transformer.data.featurize import OBJECTIVES, PROMPT_SEPARATOR
 from transformer.data.pipeline import (default_config, iterator_state, make_dataset,
                                        make_iterator, restore_iterator, unigram_entropy, validate)
 from transformer.data.sources import describe, load
-from transformer.data.tokenizers import TOKENIZERS, get_tokenizer
+from transformer.data.tokenizers import TOKENIZERS, get_tokenizer, token_bytes

@@ -34,6 +34,9 @@ def default_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       name="grammar_corpus",   # built-in dataset, or a prepared TFDS catalog name ("lm1b")
       tokenizer="bytes",       # see tokenizers.TOKENIZERS
+      tokenizer_path="",       # huggingface: a tokenizer.json or its folder; tiktoken: a
+                               # .tiktoken ranks file (a run keeps a copy in tokenizer/)
+      tokenizer_name="",       # tiktoken: an encoding (gpt2, cl100k_base) cached locally
       seq_len=256,
       packing=True,            # False: one document (piece) per row, padded
       cross_document=False,    # lm + packing: a row is one segment, attention crosses the

@@ -17,6 +17,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core import read_only_builder
 
 from transformer.data import builders
+from transformer.data import record_reader
 
 # Fields are (inputs, targets) for seq2seq records; a text record has just ('text',).
 SEQ2SEQ_FIELDS = ("inputs", "targets")
@@ -129,7 +130,7 @@ def load(data_config, split: str) -> grain.MapDataset:
     source = _catalog_builder(data_config, directory).as_data_source(split=split)
     text_key = data_config.text_key
   _check_nonempty(source, data_config.name, split)
-  return grain.MapDataset.source(source).map(functools.partial(_decode, text_key=text_key))
+  return grain.MapDataset.source(record_reader.RangeReadSource(source)).map(functools.partial(_decode, text_key=text_key))
 
 
 def check(data_config) -> None:

@@ -4,9 +4,9 @@ Every tokenizer has pad 0, bos 1, eos 2, mask 3, so models, losses and the
 pipeline never ask which tokenizer they got. encode/decode never add specials.
 """
 
+import functools
 import hashlib
 import io
-import json
 import os
 import tempfile
 
@@ -14,6 +14,7 @@ import numpy as np
 import sentencepiece as spm
 
 from transformer.data import builders
+from transformer.data import external_tokenizers
 from transformer.data import grammar
 from transformer.data import sources
 
@@ -35,6 +36,13 @@ class BytesTokenizer:
     ids_N = ids_N[ids_N >= NUM_SPECIAL] - NUM_SPECIAL
     return ids_N.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
 
+  @functools.cached_property
+  def token_bytes_2V(self) -> np.ndarray:
+    """Bytes each token adds to the text: 1 per byte token, 0 for the specials (row 1, a
+    document's first token, is the same)."""
+    return np.broadcast_to((np.arange(self.vocab_size) >= NUM_SPECIAL).astype(np.int32),
+                           (2, self.vocab_size))
+
 
 class SentencePieceTokenizer:
   """A sentencepiece model trained with this project's special ids."""
@@ -54,6 +62,22 @@ class SentencePieceTokenizer:
 
   def decode(self, ids) -> str:
     return self._sp.decode([int(i) for i in ids])
+
+  @functools.cached_property
+  def token_bytes_2V(self) -> np.ndarray:
+    """Row 0: bytes each piece adds to the text ("▁" is a space, <0xNN> one byte, control
+    and unknown pieces none); row 1: as a document's first piece, whose leading "▁" is
+    the dummy prefix sentencepiece adds to every text and drops on decode."""
+    out = np.zeros((2, self.vocab_size), np.int32)
+    for i in range(self.vocab_size):
+      if self._sp.is_control(i) or self._sp.is_unknown(i) or self._sp.is_unused(i):
+        continue
+      if self._sp.is_byte(i):
+        out[:, i] = 1
+        continue
+      out[0, i] = len(self._sp.id_to_piece(i).replace("▁", " ").encode())
+      out[1, i] = len(self._sp.decode([i]).encode())
+    return out
 
 
 def planned_vocab_size(data_config) -> int | None:
@@ -142,45 +166,35 @@ def _sentencepiece(data_config, cache_dir):
   return SentencePieceTokenizer(path)
 
 
-class HuggingFaceTokenizer:
-  """A converted checkpoint's own tokenizer.json (Hugging Face `tokenizers`), with the special
-  ids its model was trained with (tokenizer/special_ids.json, written by transformer.convert),
-  since published models do not share this project's 0/1/2/3."""
-
-  def __init__(self, directory: str):
-    try:
-      import tokenizers  # the interop extra; conversion itself never needs it
-    except ImportError:
-      raise ValueError("tokenizer 'huggingface' needs the tokenizers package: "
-                       "pip install -e '.[interop]'") from None
-    path = os.path.join(directory or "", "tokenizer.json")
-    if not os.path.exists(path):
-      raise ValueError(f"tokenizer 'huggingface' reads {path}, which does not exist: copy the "
-                       f"checkpoint's tokenizer.json there (transformer.convert does so when "
-                       f"the source directory has one)")
-    self._tok = tokenizers.Tokenizer.from_file(path)
-    self.vocab_size = self._tok.get_vocab_size()
-    ids = {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "mask": MASK_ID}
-    special = os.path.join(directory, "special_ids.json")
-    if os.path.exists(special):
-      with open(special) as f:
-        ids.update({k: v for k, v in json.load(f).items() if v is not None})
-    self.pad_id, self.bos_id, self.eos_id, self.mask_id = (
-        ids["pad"], ids["bos"], ids["eos"], ids["mask"])
-
-  def encode(self, text: str) -> list[int]:
-    return self._tok.encode(text, add_special_tokens=False).ids
-
-  def decode(self, ids) -> str:
-    return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+HuggingFaceTokenizer = external_tokenizers.HuggingFaceTokenizer
+TiktokenTokenizer = external_tokenizers.TiktokenTokenizer
 
 
 def _huggingface(data_config, cache_dir):
-  del data_config
-  return HuggingFaceTokenizer(cache_dir)
+  path = data_config.get("tokenizer_path", "")
+  if not path:  # a converted checkpoint's files, which transformer.convert put in tokenizer/
+    return HuggingFaceTokenizer(cache_dir or "")
+  if os.path.isdir(path):
+    path = os.path.join(path, external_tokenizers.HF_FILE)
+  kept = external_tokenizers.kept_copy(path, cache_dir, external_tokenizers.HF_FILE,
+                                       "data.tokenizer_path")
+  special = os.path.join(os.path.dirname(path), external_tokenizers.SPECIAL_IDS_FILE)
+  if cache_dir and os.path.exists(special):  # its special ids travel with it
+    external_tokenizers.kept_copy(special, cache_dir, external_tokenizers.SPECIAL_IDS_FILE,
+                                  "the special ids file")
+  return HuggingFaceTokenizer(kept)
 
 
-TOKENIZERS = {"bytes": _bytes, "sentencepiece": _sentencepiece, "huggingface": _huggingface}
+def _tiktoken(data_config, cache_dir):
+  path = data_config.get("tokenizer_path", "")
+  if not path:
+    return external_tokenizers.TiktokenTokenizer(name=data_config.get("tokenizer_name", ""))
+  return external_tokenizers.TiktokenTokenizer(ranks_path=external_tokenizers.kept_copy(
+      path, cache_dir, external_tokenizers.TIKTOKEN_FILE, "data.tokenizer_path"))
+
+
+TOKENIZERS = {"bytes": _bytes, "sentencepiece": _sentencepiece, "huggingface": _huggingface,
+              "tiktoken": _tiktoken}
 
 
 def get_tokenizer(data_config, cache_dir: str | None = None):
@@ -188,3 +202,10 @@ def get_tokenizer(data_config, cache_dir: str | None = None):
   if data_config.tokenizer not in TOKENIZERS:
     raise ValueError(f"unknown tokenizer {data_config.tokenizer!r}; valid: {sorted(TOKENIZERS)}")
   return TOKENIZERS[data_config.tokenizer](data_config, cache_dir)
+
+
+def token_bytes(tokenizer) -> dict:
+  """What the eval step needs for bits per byte: the tokenizer's [2, V] table of bytes per
+  token (row 1: as a document's first token) and its BOS id."""
+  return {"token_bytes_2V": np.asarray(tokenizer.token_bytes_2V, np.int32),
+          "bos_id": np.int32(tokenizer.bos_id)}

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from transformer.model.attention import Attention, Layout
-from transformer.model.dense import Dense
+from transformer.model.dense import Dense, constrain
 from transformer.model.positions import AttentionTerms
 
 
@@ -85,7 +85,7 @@ class FeedForward(nn.Module):
       h_BLF = act(up("wi_0")) * up("wi_1")
     else:
       h_BLF = act(up("wi"))
-    h_BLF = nn.with_logical_constraint(h_BLF, ("batch", "length", "mlp"))
+    h_BLF = constrain(h_BLF, ("batch", "length", "mlp"))
     h_BLF = nn.Dropout(cfg.dropout_rate)(h_BLF, deterministic=self.deterministic)
     return Dense(cfg.d_model, ("mlp", "embed"), cfg=cfg, name="wo")(h_BLF)
 
@@ -121,7 +121,10 @@ class Block(nn.Module):
       x_BLD = residual("cross_attention",
                        lambda h: cross(h, cross_layout, AttentionTerms(), kv_BSD=enc_BSD), x_BLD)
     x_BLD = residual("ffn", FeedForward(cfg, self.deterministic, name="ffn"), x_BLD)
-    x_BLD = nn.with_logical_constraint(x_BLD, ("batch", "length", "embed"))
+    # The residual stream is split by position over the tensor axis (sequence parallelism,
+    # Korthikanti et al. 2022): norms, dropout and the residual sums are per token, and a
+    # whole [B, L, D] copy on every tensor device would be most of the step's activations.
+    x_BLD = constrain(x_BLD, ("batch", "residual_length", "embed"))
     return x_BLD, None
 
 

@@ -23,8 +23,8 @@ from transformer import data
 from transformer.analysis import model_stats
 from transformer.cpu import host_memory
 from transformer.model import models, positions
-from transformer.training import (checkpoint, init_from, losses, optim, preemption, sharding,
-                                  throughput, train_state, workdir_cleanup,
+from transformer.training import (checkpoint, init_from, losses, optim, preemption, profiling,
+                                  sharding, throughput, train_state, wandb_log, workdir_cleanup,
                                   workdir_lock)
 from transformer.training.step import make_eval_step, make_train_step
 from transformer.data.shards import ShardedBatches
@@ -37,14 +37,17 @@ def evaluate(eval_step, params, config, tokenizer, mesh) -> dict:
   batches = ShardedBatches(config, tokenizer, split=config.train.eval_split,
                            objective=config.objective.name, seed=config.train.seed,
                            num_shards=config.train.data_shards)
-  totals = None
+  totals, token_bytes = None, data.token_bytes(tokenizer)
   for _ in range(config.train.eval_batches):
-    sums = eval_step(params, sharding.global_batch(next(batches), mesh))
+    sums = eval_step(params, sharding.global_batch(next(batches), mesh), token_bytes)
     totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
   totals = jax.device_get(totals)
   loss = float(totals["nll_sum"] / max(totals["weight_sum"], 1.0))
   return {"eval_loss": loss, "eval_perplexity": float(np.exp(min(loss, 50.0))),
-          "eval_accuracy": float(totals["correct_sum"] / max(totals["weight_sum"], 1.0))}
+          "eval_accuracy": float(totals["correct_sum"] / max(totals["weight_sum"], 1.0)),
+          # Bits per byte: comparable across tokenizers (None if the targets hold no text).
+          "eval_bpb": (float(totals["nll_sum"] / totals["byte_sum"] / np.log(2))
+                       if totals["byte_sum"] > 0 else None)}
 
 
 def check_config(config) -> None:
@@ -71,6 +74,8 @@ def check_config(config) -> None:
                      f"({limit}, model.max_len); raise model.max_len or use a relative scheme")
   data.validate(config.data, config.objective.name, model_vocab_size=config.model.vocab_size,
                 splits=(config.train.train_split, config.train.eval_split))
+  profiling.parse_steps(config.train.profile_steps, t.steps)
+  wandb_log.check_config(config.log.wandb_project)
 
 
 def prepare_workdir(workdir: str) -> None:
@@ -103,15 +108,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       with preemption.ignored():
         removed = jax.process_index() == 0 and before.clean_up()
       if isinstance(e, preemption.Interrupted):
-        print(f"stopped by {e.name}; " + (
-            f"removed {workdir} (this run made it): re-run the same command to start"
-            if removed else "re-run the same command to resume from the latest checkpoint"),
-            file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        # Not SystemExit: the interpreter's exit would join threads the signal left blocked
-        # (a data prefetcher on its full queue) and hang. Checkpoints are closed by now, the
-        # workdir cleaned up, and the kernel drops the workdir's flock.
-        os._exit(128 + e.signum)
+        preemption.exit_interrupted(e, f"removed {workdir} (this run made it): re-run the same "
+                                    f"command to start" if removed else None)
       full = None if isinstance(e, checkpoint.DiskFull) else checkpoint.disk_full(e, workdir)
       if full is not None:
         raise full from None
@@ -154,8 +152,9 @@ def build(config: ml_collections.ConfigDict, mesh) -> Built:
       make_train_step(loss_fn, tx, schedule, config.opt.grad_accum_steps),
       in_shardings=(state_shardings, batch_sharding), out_shardings=(state_shardings, None),
       donate_argnums=0)
-  eval_step = jax.jit(make_eval_step(loss_fn),
-                      in_shardings=(state_shardings["params"], batch_sharding))
+  eval_step = jax.jit(make_eval_step(loss_fn, config.objective.name),
+                      in_shardings=(state_shardings["params"], batch_sharding,
+                                    jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())))
   return Built(model, loss_fn, tx, schedule, init, param_shapes, abstract_state,
                state_shardings, train_step, eval_step)
 
@@ -235,7 +234,8 @@ def _restore_or_init(built, manager, latest, saved_config, train_batches, config
 
 def _open_log(config, workdir, manager, latest, saved_config) -> RunLog:
   """The run log; only called once the workdir's checkpoint restored into this config."""
-  log = RunLog(workdir, config.train.steps, start_step=latest or 0)
+  log = RunLog(workdir, config.train.steps, start_step=latest or 0,
+               wandb_project=config.log.wandb_project)
   log.write_config(config)
   for note in log.notes:
     log.info(note)
@@ -313,8 +313,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
   start_step = int(state["step"])
   stop = preemption.StopSignal()
   stopwatch = Stopwatch()
+  profile = profiling.StepProfiler(profiling.parse_steps(config.train.profile_steps,
+                                                         config.train.steps), workdir,
+                                     log.info, stopwatch.paused)
   train_step, compile_time_s = built.train_step, None
-  window, eval_metrics, last_eval, previous = [], {}, None, None
+  window, eval_metrics, last_eval, last_bpb, previous = [], {}, None, None, None
 
   def log_row(step):
     fetched = jax.device_get(window)
@@ -324,14 +327,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
            "grad_norm": float(fetched[-1]["grad_norm"]),
            "learning_rate": float(fetched[-1]["learning_rate"]),
            "tokens": step * tokens_per_step,
-           "tokens_per_s": tokens_per_step / step_time, "step_time_s": step_time}
+           "tokens_per_s": tokens_per_step / step_time, "step_time_s": step_time,
+           "wall_time_s": log.earlier_wall_time_s + time.time() - wall_start}
     if peak:
       row["mfu"] = flops_per_token * row["tokens_per_s"] / peak
     if step - len(fetched) == start_step:
       row["compile_time_s"] = compile_time_s  # the first row of each session
     row.update(eval_metrics)
     log.metrics(step, row)
-    log.progress(step, row["loss"], row["tokens_per_s"], step_time, row.get("eval_loss"))
+    log.progress(step, row["loss"], row["tokens_per_s"], step_time, row.get("eval_loss"),
+                 row.get("eval_bpb"))
 
   step = start_step
   try:
@@ -343,8 +348,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
             train_step = train_step.lower(state, batch).compile()
           compile_time_s = timer.seconds
           log.info(f"compiled the train step in {compile_time_s:.1f}s")
-        state, metrics = train_step(state, batch)
+        state, metrics = profile(step, train_step, state, batch)
         window.append(metrics)
+        log.tick(step)
         checkpoint.check_saving(manager)  # a failed background save stops the run here
 
         # Reading the previous step's flag waits only for that step: the device already
@@ -353,7 +359,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
           raise _non_finite(step - 1, previous, manager)
         previous = metrics
 
-        stopping = stop.requested()
+        stopping = stop.requested(step, config.train.log_every)
         eval_due = step % config.train.eval_every == 0 or step == config.train.steps
         save_due = step % config.train.checkpoint_every == 0 or step == config.train.steps
         if (eval_due or save_due or stopping) and not bool(metrics["finite"]):
@@ -361,7 +367,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
         if eval_due:
           with stopwatch.paused():
             eval_metrics = evaluate(built.eval_step, state["params"], config, tokenizer, mesh)
-          last_eval = eval_metrics["eval_loss"]
+          last_eval, last_bpb = eval_metrics["eval_loss"], eval_metrics["eval_bpb"]
         if step % config.train.log_every == 0 or eval_due:
           log_row(step)
           window, eval_metrics = [], {}
@@ -377,10 +383,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
           return {"step": step, "stopped": True}
 
       if last_eval is None:  # nothing left to train: a re-run of a finished job
-        last_eval = evaluate(built.eval_step, state["params"], config, tokenizer,
-                             mesh)["eval_loss"]
+        final = evaluate(built.eval_step, state["params"], config, tokenizer, mesh)
+        last_eval, last_bpb = final["eval_loss"], final["eval_bpb"]
     summary = {
         "final_eval_loss": last_eval,
+        "final_eval_bpb": last_bpb,
         "params_total": params_total,
         "params_non_embedding": params_non_embedding,
         "tokens": config.train.steps * tokens_per_step,
@@ -392,7 +399,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
         "flops_total": flops_per_token_total * config.train.steps * tokens_per_step,
         "flops_convention": "non_embedding (flops, flops_per_token); total "
                             "(flops_total, flops_per_token_total)",
-        "wall_time_s": time.time() - wall_start,
+        "wall_time_s": log.earlier_wall_time_s + time.time() - wall_start,  # all sessions
         "step": step,
         "compile_time_s": compile_time_s,
         "unigram_entropy": unigram,
@@ -407,6 +414,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
     log.info(f"done: eval loss {last_eval:.4f}{versus} after {step} steps")
     return summary
   finally:
+    profile.close()
     stop.restore()
     checkpoint.close(manager, failing=sys.exc_info()[0] is not None)
     log.close()

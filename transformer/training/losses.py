@@ -77,6 +77,27 @@ def _seq2seq(cfg, model):
 OBJECTIVES: dict[str, Callable] = {"lm": _single, "mlm": _single, "seq2seq": _seq2seq}
 
 
+def target_bytes(objective_name: str, batch, token_bytes_2V, bos_id):
+  """The UTF-8 bytes of the text the weighted targets decode to: bits per byte's denominator,
+  from the tokenizer's table (tokenizers.token_bytes_2V) without decoding.
+
+  Row 1 of the table is for a document's first token (whose previous token is BOS): a
+  sentencepiece-style dummy-prefix space is not text. Specials (BOS, EOS, pad) are no bytes:
+  EOS is still predicted and its loss counts, so bpb = all predicted nats / text bytes / ln 2.
+  """
+  if objective_name == "seq2seq":
+    targets_BL, weights_BL = batch["decoder_targets"], batch["decoder_weights"]
+    previous_BL = batch["decoder_inputs"]
+  elif objective_name == "lm":
+    targets_BL, weights_BL, previous_BL = batch["targets"], batch["weights"], batch["inputs"]
+  else:  # mlm: targets is the whole unmasked row, so a token's predecessor is its neighbour
+    targets_BL, weights_BL = batch["targets"], batch["weights"]
+    previous_BL = jnp.pad(targets_BL[:, :-1], ((0, 0), (1, 0)))
+  bytes_BL = jnp.where(previous_BL == bos_id, token_bytes_2V[1][targets_BL],
+                       token_bytes_2V[0][targets_BL])
+  return jnp.sum(bytes_BL.astype(jnp.float32) * weights_BL.astype(jnp.float32))
+
+
 def check_config(objective_config: ml_collections.ConfigDict, model_kind: str) -> None:
   name = objective_config.name
   if name not in OBJECTIVES:

@@ -7,6 +7,7 @@ import _thread
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -81,6 +82,20 @@ def interruptible():
       signal.signal(sig, handler)
 
 
+def exit_interrupted(e: Interrupted, what: str | None = None) -> None:
+  """End the process after an `Interrupted` was cleaned up after: one line on stderr (`what`
+  was done, or how to resume), exit status 128 + the signal.
+
+  Not SystemExit: the interpreter's exit would join threads the signal left blocked (a data
+  prefetcher on its full queue) and hang. The job closed its checkpoints by now, and the
+  kernel drops the workdir's flock."""
+  print(f"stopped by {e.name}; "
+        f"{what or 're-run the same command to resume from the latest checkpoint'}",
+        file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  os._exit(128 + e.signum)
+
+
 @contextlib.contextmanager
 def ignored():
   """Both signals ignored: a cleanup is not itself interrupted halfway."""
@@ -96,7 +111,7 @@ def ignored():
 
 
 class StopSignal:
-  """Turns SIGTERM/SIGINT into a request to checkpoint and exit at the next step boundary.
+  """Turns SIGTERM/SIGINT into a request to checkpoint and exit at a step boundary.
 
   A second signal of either kind falls back to the handler before (under `interruptible()`,
   an immediate `Interrupted`)."""
@@ -113,13 +128,24 @@ class StopSignal:
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
 
-  def requested(self) -> bool:
+  def requested(self, step: int, every: int = 1) -> bool:
+    """Whether to stop after `step`. One process: as soon as a signal arrived. Several: only
+    at steps that are multiples of `every` (the loop passes train.log_every), when the hosts
+    share their flags, so every host stops at the same step, or the save would deadlock.
+
+    The sharing is a device all-gather that waits for every queued step; at a logging step
+    the loop fetches the metrics anyway, so it costs no extra wait there, where at every
+    step it would keep each host from queueing the next step ahead of the device.
+    (JAX's own preemption sync point, multihost_utils.reached_preemption_sync_point, needs
+    SIGTERM delivered to its C++ handler, which this Python one replaces, and picks its
+    step asynchronously; this keeps one mechanism for both signals, at a known step.)"""
     import jax  # pylint: disable=g-import-not-at-top
     import numpy as np  # pylint: disable=g-import-not-at-top
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     if jax.process_count() == 1:
       return self.received is not None
-    # Any host's signal stops every host at the same step, or the save would deadlock.
+    if step % every:
+      return False
     flags_ = multihost_utils.process_allgather(np.array(self.received is not None))
     return bool(np.any(flags_))
 

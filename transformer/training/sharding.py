@@ -5,7 +5,8 @@ name to mesh axes. The mesh has three axes:
   data    pure data parallelism: parameters replicated, batch split.
   fsdp    batch split too, and parameters/optimizer state split along 'embed' (ZeRO-3 style);
           XLA all-gathers a weight just before its matmul.
-  tensor  Megatron-style model parallelism over heads, mlp and vocab.
+  tensor  Megatron-style model parallelism over heads, mlp and vocab, and between sub-layers
+          over the residual stream's positions (sequence parallelism).
 """
 
 import contextlib
@@ -32,6 +33,8 @@ RULES: tuple[tuple[str, Any], ...] = (
     ("kv_heads", "tensor"),
     ("embed", "fsdp"),
     ("head_dim", None),
+    # The residual stream's positions, between sub-layers (model/layers.py Block).
+    ("residual_length", "tensor"),
     ("length", None),
     ("layers", None),
     ("buckets", None),
@@ -125,17 +128,15 @@ def data_parallel_size(mesh) -> int:
 
 @contextlib.contextmanager
 def activate(mesh: jax.sharding.Mesh):
-  """Context for tracing model code: logical names in constraints resolve through RULES.
-
-  It deliberately does not also install `mesh` globally (jax.set_mesh): under a global mesh
-  Flax applies a parameter's 3-D sharding constraint to nn.DenseGeneral's flattened 2-D init
-  buffer and fails (google/flax#3676), and DenseGeneral re-runs that init abstractly on every
-  apply. Without it the model's activation constraints are no-ops and XLA propagates
-  shardings from the jit's parameter and batch shardings, which is correct, and on the
-  meshes tested here as fast; pass the mesh once the model no longer uses DenseGeneral.
+  """Context for tracing and running model code on `mesh`: it installs the mesh globally
+  (jax.set_mesh), so the logical-axis constraints on activations in the model (Dense's
+  outputs, attention's heads, the feed-forward's mlp) resolve through RULES into real
+  sharding constraints instead of no-ops: the attention and feed-forward activations split
+  by head and mlp unit as a rule rather than as XLA's propagation from the weights happens to
+  choose, and the residual stream split by position, which propagation never does and which
+  is most of what a tensor mesh saves per device (tests/sharding_test.py measures it).
   """
-  del mesh
-  with nn.logical_axis_rules(RULES):
+  with jax.set_mesh(mesh), nn.logical_axis_rules(RULES):
     yield
 
 

@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from transformer.training import losses
+
 
 def make_train_step(loss_fn, tx, schedule, accum_steps: int):
   """One optimizer update from a global batch, averaging over its real tokens."""
@@ -50,8 +52,13 @@ def make_train_step(loss_fn, tx, schedule, accum_steps: int):
   return train_step
 
 
-def make_eval_step(loss_fn):
-  def eval_step(params, batch):
+def make_eval_step(loss_fn, objective_name: str):
+  """eval_step(params, batch, token_bytes) -> the batch's sums, with `byte_sum` (the bytes of
+  its weighted targets' text, for bits per byte) from token_bytes = {"token_bytes_2V": the
+  tokenizer's table, "bos_id": its BOS}."""
+  def eval_step(params, batch, token_bytes):
     _, sums = loss_fn(params, batch, jax.random.key(0), True)
+    sums["byte_sum"] = losses.target_bytes(objective_name, batch, token_bytes["token_bytes_2V"],
+                                           token_bytes["bos_id"])
     return sums
   return eval_step

@@ -1,121 +1,86 @@
-"""A TensorBoard scalar event-file writer with no TensorFlow or tensorboard dependency.
-
-The format is small and stable: a TFRecord file (length, masked CRC32C of the length, payload,
-masked CRC32C of the payload) whose payloads are `Event` protocol buffers. We write only the
-fields TensorBoard needs for scalars, encoding the protobuf wire format by hand:
-  Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
-  Summary { repeated Value value = 1; }   Value { string tag = 1; float simple_value = 2; }
-and, when a run resumes, Event.session_log = 7 (SessionLog { status = 1 (START = 1) }).
+"""TensorBoard event files, written by tensorboardX (no TensorFlow): scalars, the config as
+text and, at the end, the hparams with the final metrics (TensorBoard's HParams tab compares
+the runs of a sweep by them).
 
 On resume every session writes a new file. `cut_back` first removes the records past the
 restored step from the earlier files (rewritten atomically), and the new file begins with a
-SessionLog START at the first new step: TensorBoard purges points at or past a START's step
-from what it loaded before, so the charts show each step once even if old files are copied
-in from elsewhere.
+SessionLog START at the first new step (what tensorboardX's `purge_step` writes):
+TensorBoard purges points at or past a START's step from what it loaded before, so the
+charts show each step once even if old files are copied in from elsewhere.
+
+tensorboardX writes but does not read; reading (for `cut_back` and the tests) parses the
+TFRecord framing with tensorboardX's CRC and its `Event` protocol buffer.
 """
 
+import glob
 import os
-import socket
 import struct
 import time
 
+from tensorboardX import summary as tbx_summary
+from tensorboardX.event_file_writer import EventsWriter
+from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.record_writer import masked_crc32c
 
-def _crc32c_table():
-  table = []
-  for n in range(256):
-    c = n
-    for _ in range(8):
-      c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    table.append(c)
-  return table
-
-
-_TABLE = _crc32c_table()
-
-
-def crc32c(data: bytes) -> int:
-  crc = 0xFFFFFFFF
-  for b in data:
-    crc = _TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
-  return crc ^ 0xFFFFFFFF
-
-
-def _masked_crc(data: bytes) -> int:
-  crc = crc32c(data)
-  return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _varint(n: int) -> bytes:
-  out = bytearray()
-  n &= (1 << 64) - 1  # negative int64s are ten-byte varints in two's complement
-  while True:
-    byte = n & 0x7F
-    n >>= 7
-    if n:
-      out.append(byte | 0x80)
-    else:
-      out.append(byte)
-      return bytes(out)
-
-
-def _field(number: int, wire_type: int, payload: bytes) -> bytes:
-  return _varint(number << 3 | wire_type) + payload
-
-
-def _length_delimited(number: int, payload: bytes) -> bytes:
-  return _field(number, 2, _varint(len(payload)) + payload)
-
-
-SESSION_START = 1
-
-
-def _event(step: int | None = None, summary: bytes | None = None,
-           file_version: str | None = None, session_status: int | None = None) -> bytes:
-  out = _field(1, 1, struct.pack("<d", time.time()))
-  if step is not None:
-    out += _field(2, 0, _varint(step))
-  if file_version is not None:
-    out += _length_delimited(3, file_version.encode())
-  if summary is not None:
-    out += _length_delimited(5, summary)
-  if session_status is not None:
-    out += _length_delimited(7, _field(1, 0, _varint(session_status)))
-  return out
-
-
-def _frame(record: bytes) -> bytes:
-  length = struct.pack("<Q", len(record))
-  return (length + struct.pack("<I", _masked_crc(length)) + record
-          + struct.pack("<I", _masked_crc(record)))
+PREFIX = "events.out.tfevents."
 
 
 class EventWriter:
-  """Appends scalar summaries to one `events.out.tfevents.*` file in `logdir`."""
+  """One new `events.out.tfevents.*` file in `logdir`, written synchronously.
+
+  tensorboardX's SummaryWriter queues events for a thread that flushes every few seconds;
+  a kill would lose the last ones, which the steps up to a checkpoint must survive (a resume
+  cuts back to that step and no further). So this writes tensorboardX's summaries through
+  its synchronous EventsWriter and flushes after every call, as metrics.jsonl does."""
 
   def __init__(self, logdir: str, restart_step: int | None = None):
     """`restart_step`: a resumed session's first step, recorded as a SessionLog START."""
     os.makedirs(logdir, exist_ok=True)
-    name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
-    self.path = os.path.join(logdir, name)
-    self._file = open(self.path, "ab")
-    self._write(_event(file_version="brain.Event:2"))
+    # tensorboardX names files by the second and host alone, and opens them with "wb": a
+    # session starting within the same second as the last would truncate its file.
+    suffix = f".{os.getpid()}.{time.time_ns()}"
+    self._writer = EventsWriter(os.path.join(logdir, "events"), suffix)
+    (self.path,) = glob.glob(os.path.join(glob.escape(logdir), PREFIX + "*" + suffix))
     if restart_step is not None:
-      self._write(_event(step=restart_step, session_status=SESSION_START))
-      self._file.flush()
+      self._write(Event(step=restart_step, session_log=SessionLog(status=SessionLog.START)))
 
-  def _write(self, record: bytes) -> None:
-    self._file.write(_frame(record))
+  def _write(self, event: Event) -> None:
+    event.wall_time = time.time()
+    self._writer.write_event(event)
+    self._writer.flush()
+
+  def _summaries(self, step: int, summaries) -> None:
+    for summary in summaries:
+      self._writer.write_event(Event(wall_time=time.time(), step=step, summary=summary))
+    self._writer.flush()
 
   def scalars(self, step: int, values: dict[str, float]) -> None:
-    summary = b"".join(
-        _length_delimited(1, _length_delimited(1, tag.encode())
-                          + _field(2, 5, struct.pack("<f", float(value))))
-        for tag, value in values.items())
-    self._write(_event(step=step, summary=summary))
-    self._file.flush()
+    self._summaries(step, [tbx_summary.scalar(tag, float(value))
+                           for tag, value in values.items()])
+
+  def text(self, tag: str, text: str, step: int) -> None:
+    """Markdown (TensorBoard's Text tab); indented by four spaces it renders verbatim."""
+    self._summaries(step, [tbx_summary.text(tag, text)])
+
+  def hparams(self, hparams: dict, metrics: dict[str, float], step: int) -> None:
+    """The run's settings and final metrics as one HParams session: this log directory.
+
+    Metric names should start with "final/" (HPARAMS_TAGS: a resume drops them). They are
+    also written as scalars at `step` (the HParams tab reads their value there). Values
+    other than bool/int/float/str (tuples) are shown as strings."""
+    values = {k: v if isinstance(v, (bool, int, float, str)) else str(v)
+              for k, v in hparams.items() if v is not None}
+    self._summaries(step, list(tbx_summary.hparams(values, metrics)))
+    self.scalars(step, metrics)
 
   def close(self) -> None:
-    self._file.close()
+    self._writer.close()
+
+
+def _frame(record: bytes) -> bytes:
+  length = struct.pack("<Q", len(record))
+  return (length + struct.pack("<I", masked_crc32c(length)) + record
+          + struct.pack("<I", masked_crc32c(record)))
 
 
 def _records(path: str, tolerate_torn_tail: bool = False):
@@ -128,75 +93,53 @@ def _records(path: str, tolerate_torn_tail: bool = False):
     if pos + 12 > len(data) and tolerate_torn_tail:
       return
     (length,) = struct.unpack_from("<Q", data, pos)
-    if struct.unpack_from("<I", data, pos + 8)[0] != _masked_crc(data[pos:pos + 8]):
+    if struct.unpack_from("<I", data, pos + 8)[0] != masked_crc32c(data[pos:pos + 8]):
       raise ValueError(f"{path}: corrupt record length at byte {pos}")
     if pos + 16 + length > len(data) and tolerate_torn_tail:
       return
     record = data[pos + 12:pos + 12 + length]
-    if struct.unpack_from("<I", data, pos + 12 + length)[0] != _masked_crc(record):
+    if struct.unpack_from("<I", data, pos + 12 + length)[0] != masked_crc32c(record):
       raise ValueError(f"{path}: corrupt record at byte {pos}")
     pos += 16 + length
     yield record
 
 
-def cut_back(path: str, step: int) -> int:
+HPARAMS_TAGS = ("_hparams_/", "final/")
+
+
+def _ends_a_run(event: Event) -> bool:
+  return any(v.tag.startswith(HPARAMS_TAGS) for v in event.summary.value)
+
+
+def cut_back(path: str, step: int) -> tuple[int, int]:
   """Drop the records of steps > `step` (and a torn last record) from an event file,
-  rewriting it atomically; returns how many were dropped."""
+  rewriting it atomically. A finished session's hparams and final metrics go too: the run
+  goes on, and TensorBoard's HParams tab would keep the first session's settings it finds.
+  Returns how many records were dropped: (past `step` or torn, of an earlier end)."""
   records = list(_records(path, tolerate_torn_tail=True))
-  kept = [r for r in records if dict(_parse(r)).get(2, 0) <= step]
+  events = [Event.FromString(r) for r in records]
+  past = sum(e.step > step for e in events)
+  ended = sum(e.step <= step and _ends_a_run(e) for e in events)
+  kept = [r for r, e in zip(records, events) if e.step <= step and not _ends_a_run(e)]
   torn = os.path.getsize(path) != sum(16 + len(r) for r in records)
   if len(kept) == len(records) and not torn:
-    return 0
+    return 0, 0
   tmp = f"{path}.tmp.{os.getpid()}"
   with open(tmp, "wb") as f:
     f.write(b"".join(_frame(r) for r in kept))
     f.flush()
     os.fsync(f.fileno())
   os.replace(tmp, path)
-  return len(records) - len(kept) + int(torn)
+  return past + int(torn), ended
 
 
-def read_events(path: str) -> list[dict]:
-  """Every event as {field number: raw value}: the tests' way to see session restarts."""
-  return [dict(_parse(r)) for r in _records(path)]
+def read_events(path: str) -> list[Event]:
+  """Every event of a file, as `Event` protocol buffers (the tests see restarts by them)."""
+  return [Event.FromString(r) for r in _records(path)]
 
 
 def read_scalars(path: str) -> list[tuple[int, str, float]]:
-  """(step, tag, value) triples from an event file; the tests' way to check the writer."""
-  out = []
-  for record in _records(path):
-    fields = dict(_parse(record))
-    if 5 in fields:
-      for number, value in _parse(fields[5]):
-        parts = dict(_parse(value))
-        out.append((fields.get(2, 0), parts[1].decode(), struct.unpack("<f", parts[2])[0]))
-  return out
-
-
-def _parse(buf: bytes):
-  """(field number, raw value) pairs of one protobuf message; enough for the above."""
-  pos = 0
-  while pos < len(buf):
-    key, pos = _read_varint(buf, pos)
-    number, wire_type = key >> 3, key & 7
-    if wire_type == 0:
-      value, pos = _read_varint(buf, pos)
-    elif wire_type == 1:
-      value, pos = buf[pos:pos + 8], pos + 8
-    elif wire_type == 5:
-      value, pos = buf[pos:pos + 4], pos + 4
-    else:
-      size, pos = _read_varint(buf, pos)
-      value, pos = buf[pos:pos + size], pos + size
-    yield number, value
-
-
-def _read_varint(buf: bytes, pos: int):
-  result = shift = 0
-  while True:
-    byte = buf[pos]
-    pos += 1
-    result |= (byte & 0x7F) << shift
-    shift += 7
-    if not byte & 0x80:
-      return result, pos
+  """(step, tag, value) triples of the file's scalars, in order."""
+  return [(event.step, value.tag, value.simple_value)
+          for event in read_events(path) for value in event.summary.value
+          if value.WhichOneof("value") == "simple_value"]

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from transformer.model.dense import Dense
+from transformer.model.dense import Dense, constrain
 from transformer.model.attention import get_implementation
 from transformer.model.attention.layout import Layout
 from transformer.model.attention.reference import dense, dense_weights
@@ -77,6 +77,9 @@ class Attention(nn.Module):
       out = dense(q, k, v, layout, terms, scale=scale, cfg=cfg)
     else:
       out = get_implementation(cfg.attention)(q, k, v, layout, terms, scale=scale, cfg=cfg)
+    # Each tensor device keeps its own heads' output (q, k and v came split by head from
+    # Dense); the out projection sums over the heads.
+    out = constrain(out, ("batch", "length", "heads", "head_dim"))
     return Dense(cfg.d_model, ("heads", "head_dim", "embed"), axis=(-2, -1), cfg=cfg,
                  name="out")(out)
 

@@ -1,0 +1,143 @@
+r"""The train command against its own bare step, and where its memory goes, on W1/W2.
+
+    python -m experiments.benchmarks.train_command [--workloads W1,W2] [--train_steps 40]
+        [--cpu_devices 1] [--torch]
+
+For each workload of experiments/benchmarks/train_throughput.py, in separate processes run one
+after another (so each peak resident set is its own):
+  bare    train_throughput: the jitted step on one random batch, no data, logging or saving
+  train   `python -m transformer.train` with configs/lm.py set to the same shape (grammar
+          corpus bytes, vocabulary 256 + the tokenizer's specials, learned positions, GELU,
+          AdamW), --steps steps, logging every 5, one eval and one save at the end
+  torch   (--torch) train_throughput_torch, the PyTorch implementation of the same model
+Step time of `train` is the median step_time_s of its metrics.jsonl rows after the first
+(which holds the warm-up); eval and checkpoint time are outside it, as the progress line shows.
+Memory: each process's peak resident set (wait4's ru_maxrss) and, for `train`, the resident
+set sampled every 20 ms and attributed to the phase the run had printed last (start-up and
+data, unigram entropy and loss floor, compile, steps, eval, save), so the table says which
+phase sets the peak. Both commands get the same --cpu_devices (the train command's default 1:
+one XLA device using every core).
+"""
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from absl import flags
+
+from transformer import cli
+from experiments.benchmarks.train_throughput import WORKLOADS
+
+# train_throughput's flags (--workloads, --cpu_devices, ...) come with its import; the train
+# command's default is one XLA device using every core, so that is this benchmark's too.
+FLAGS = flags.FLAGS
+FLAGS.set_default("cpu_devices", 1)
+_STEPS = flags.DEFINE_integer("train_steps", 40, "Train-command steps per workload.")
+_TORCH = flags.DEFINE_bool("torch", False, "Also run the PyTorch implementation (interop extra).")
+
+# The phase a train run is in, from the last line it printed that matches (first match wins).
+_PHASES = (("done:", "end"), ("| eval", "save"), ("step ", "steps and eval"), ("compiled", "steps and eval"),
+           ("loss floor", "compile"), ("unigram entropy", "floor"), ("params", "entropy"))
+
+
+def _rss_mib(pid: int) -> float:
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) / 1024
+  except (OSError, StopIteration):
+    return 0.0
+
+
+def run(command: list[str]) -> tuple[str, float, dict]:
+  """Runs command; returns its output, peak RSS (MiB) and the peak RSS seen in each phase."""
+  process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+  lines, phase, peaks = [], ["start-up"], {}
+
+  def sample():
+    while process.poll() is None:
+      peaks[phase[0]] = max(peaks.get(phase[0], 0.0), _rss_mib(process.pid))
+      time.sleep(0.02)
+
+  sampler = threading.Thread(target=sample, daemon=True)
+  sampler.start()
+  for line in process.stdout:
+    lines.append(line)
+    phase[0] = next((name for key, name in _PHASES if key in line), phase[0])
+  _, status, usage = os.wait4(process.pid, 0)
+  process.returncode = os.waitstatus_to_exitcode(status)
+  sampler.join()
+  output = "".join(lines)
+  if process.returncode:
+    raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{output[-3000:]}")
+  return output, usage.ru_maxrss / 1024, peaks
+
+
+def train_command(name: str, workdir: str) -> list[str]:
+  w = WORKLOADS[name]
+  model = w["model"]
+  return [sys.executable, "-m", "transformer.train", "--config", "configs/lm.py",
+          "--workdir", workdir, f"--cpu_devices={FLAGS.cpu_devices}",
+          f"--config.model.d_model={model['d_model']}",
+          f"--config.model.num_layers={model['num_layers']}",
+          f"--config.model.num_heads={model['num_heads']}",
+          f"--config.model.head_dim={model['d_model'] // model['num_heads']}",
+          f"--config.model.d_ff={model['d_ff']}", "--config.model.ffn=gelu",
+          "--config.model.position.name=learned", f"--config.model.max_len={w['seq_len']}",
+          f"--config.data.seq_len={w['seq_len']}", f"--config.train.batch_size={w['batch_size']}",
+          f"--config.train.steps={_STEPS.value}", "--config.train.log_every=5",
+          f"--config.train.eval_every={_STEPS.value}",
+          f"--config.train.checkpoint_every={_STEPS.value}", "--config.opt.name=adamw"]
+
+
+def measure(name: str) -> dict:
+  bare_out, bare_rss, _ = run([sys.executable, "-m", "experiments.benchmarks.train_throughput",
+                               f"--workloads={name}", "--steps=10",
+                               f"--cpu_devices={FLAGS.cpu_devices}"])
+  bare_ms = float(re.search(rf"^{name}\s+([\d.]+)", bare_out, re.M).group(1))
+  with tempfile.TemporaryDirectory() as tmp:
+    workdir = os.path.join(tmp, name)
+    _, train_rss, phases = run(train_command(name, workdir))
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      rows = [json.loads(line) for line in f if line.strip()]
+  step_times = [r["step_time_s"] for r in rows[1:] if "step_time_s" in r]
+  result = dict(workload=name, bare_ms=bare_ms, train_ms=statistics.median(step_times) * 1e3,
+                bare_rss=bare_rss, train_rss=train_rss, phases=phases)
+  if _TORCH.value:
+    torch_out, torch_rss, _ = run([sys.executable, "-m",
+                                   "experiments.benchmarks.train_throughput_torch",
+                                   f"--workloads={name}", "--steps=10"])
+    result.update(torch_ms=float(re.search(rf"^{name}\s+([\d.]+)", torch_out, re.M).group(1)),
+                  torch_rss=torch_rss)
+  return result
+
+
+def main(argv):
+  del argv
+  for name in FLAGS.workloads:
+    if name not in WORKLOADS:
+      raise ValueError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
+  print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
+        f"--cpu_devices={FLAGS.cpu_devices}, {_STEPS.value} train-command steps")
+  results = [measure(name) for name in FLAGS.workloads]
+  torch = " torch ms  torch MiB" if _TORCH.value else ""
+  print(f"{'':4} {'bare ms':>8} {'train ms':>8} {'train/bare':>10} {'bare MiB':>9} "
+        f"{'train MiB':>9}{torch}")
+  for r in results:
+    extra = (f" {r['torch_ms']:8.1f} {r['torch_rss']:10.0f}" if _TORCH.value else "")
+    print(f"{r['workload']:4} {r['bare_ms']:8.1f} {r['train_ms']:8.1f} "
+          f"{r['train_ms'] / r['bare_ms']:10.3f} {r['bare_rss']:9.0f} {r['train_rss']:9.0f}{extra}")
+  for r in results:
+    print(f"{r['workload']} train-command peak RSS by phase (MiB): " + ", ".join(
+        f"{phase} {mib:.0f}" for phase, mib in r["phases"].items()))
+  print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+  cli.run(main)

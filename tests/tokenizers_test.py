@@ -1,0 +1,158 @@
+"""Tokenizers users bring, from the command line: a Hugging Face tokenizer.json and a tiktoken
+ranks file train, evaluate (with bits per byte) and generate; their mistakes are one line."""
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from transformer import data
+from transformer.data import external_tokenizers, sources
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+LM = os.path.join(ROOT, "configs", "lm.py") + ":size=xs"
+
+
+def _texts(data_dir):
+  config = data.default_config()
+  config.size, config.data_dir = "tiny", data_dir
+  return [t for r in sources.load(config, "train") for t in sources.record_texts(r)]
+
+
+def _hf_folder(data_dir, folder) -> str:
+  """A byte-level BPE (GPT-2 style, only <|endoftext|> as a special) trained on a few KB."""
+  import tokenizers as hf
+  tok = hf.Tokenizer(hf.models.BPE())
+  tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = hf.decoders.ByteLevel()
+  texts = _texts(data_dir)[:40]
+  assert 2_000 < sum(map(len, texts)) < 20_000
+  tok.train_from_iterator(texts, hf.trainers.BpeTrainer(
+      vocab_size=320, special_tokens=["<|endoftext|>"],
+      initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet()))
+  os.makedirs(folder)
+  tok.save(os.path.join(folder, "tokenizer.json"))
+  return folder
+
+
+def _ranks_file(path) -> str:
+  """A tiktoken BPE ranks file: every byte, then a few merges."""
+  ranks = [bytes([b]) for b in range(256)] + [b"th", b"the", b" the", b"in", b" a", b"at"]
+  with open(path, "w") as f:
+    f.writelines(f"{base64.b64encode(t).decode()} {i}\n" for i, t in enumerate(ranks))
+  return path
+
+
+def _cli(cwd, module, *args, env=None):
+  env = dict(os.environ if env is None else env, PYTHONPATH=ROOT, PYTHONIOENCODING="utf-8")
+  return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                        cwd=cwd, env=env, timeout=600)
+
+
+def _train(cwd, workdir, data_dir, *sets, steps=20):
+  flags = [f"--config.data.data_dir={data_dir}", "--config.data.size=tiny",
+           "--config.data.seq_len=64", "--config.model.vocab_size=512",
+           f"--config.train.steps={steps}", "--config.train.batch_size=8",
+           "--config.train.eval_every=10", "--config.train.eval_batches=1",
+           "--config.train.log_every=5", *[f"--config.{s}" for s in sets]]
+  return _cli(cwd, "transformer.train", "--config", LM, "--workdir", workdir, *flags)
+
+
+def _one_error_line(proc) -> str:
+  lines = [line for line in proc.stderr.splitlines() if line.strip()]
+  assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), (
+      proc.stderr[-2000:])
+  return lines[0]
+
+
+@pytest.mark.slow
+def test_huggingface_tokenizer_json_trains_reports_bpb_and_generates(tmp_path, data_dir):
+  folder = _hf_folder(data_dir, str(tmp_path / "my_tokenizer"))
+  proc = _train(tmp_path, "run", data_dir, "data.tokenizer=huggingface",
+                f"data.tokenizer_path={folder}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+  evals = [r for r in rows if "eval_bpb" in r]
+  assert [r["step"] for r in evals] == [10, 20]
+  for r in evals:  # several bytes per token: bpb is well below the loss in bits per token
+    assert 0 < r["eval_bpb"] < 0.6 * r["eval_loss"] / 0.6931
+  assert "bpb)" in proc.stdout  # the progress line's eval part
+  summary = json.load(open(tmp_path / "run" / "summary.json"))
+  assert summary["final_eval_bpb"] == evals[-1]["eval_bpb"]
+  assert rows[-1]["loss"] < rows[0]["loss"]
+
+  # The run kept its own copy: generate works after the original is gone.
+  kept = tmp_path / "run" / "tokenizer" / "tokenizer.json"
+  assert kept.read_bytes() == open(os.path.join(folder, "tokenizer.json"), "rb").read()
+  shutil.rmtree(folder)
+  out = _cli(tmp_path, "transformer.generate", "--workdir", "run", "--prompt", "The cat",
+             "--max_new_tokens", "8")
+  assert out.returncode == 0, out.stderr[-2000:]
+  tok = data.get_tokenizer(json_config(tmp_path / "run"), str(tmp_path / "run" / "tokenizer"))
+  assert tok.eos_id == tok.bos_id == 0  # <|endoftext|>, found by name
+  assert out.stdout.strip() and "<|endoftext|>" not in out.stdout
+
+
+def json_config(workdir):
+  import ml_collections
+  return ml_collections.ConfigDict(json.load(open(workdir / "config.json"))).data
+
+
+@pytest.mark.slow
+def test_tiktoken_ranks_file_trains(tmp_path, data_dir):
+  ranks = _ranks_file(str(tmp_path / "tiny.tiktoken"))
+  proc = _train(tmp_path, "run", data_dir, "data.tokenizer=tiktoken",
+                f"data.tokenizer_path={ranks}", steps=10)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  summary = json.load(open(tmp_path / "run" / "summary.json"))
+  assert summary["final_eval_bpb"] > 0
+  assert os.path.exists(tmp_path / "run" / "tokenizer" / "tokenizer.tiktoken")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sets,want", [
+    (["data.tokenizer=huggingface", "data.tokenizer_path=/no/such/tokenizer.json"],
+     "data.tokenizer_path='/no/such/tokenizer.json' is not a file"),
+    (["data.tokenizer=huggingface", "data.tokenizer_path=BAD"], "is not a Hugging Face"),
+    (["data.tokenizer=tiktoken", "data.tokenizer_name=cl100k_base"],
+     "tiktoken encoding 'cl100k_base' is not on this machine: tiktoken looked in"),
+    (["data.tokenizer=tiktoken", "data.tokenizer_name=gpt3"],
+     "unknown tiktoken encoding data.tokenizer_name='gpt3'; valid: ["),
+    (["data.tokenizer=tiktoken"], "tokenizer 'tiktoken' needs data.tokenizer_name"),
+])
+def test_bad_tokenizer_is_one_line_and_writes_nothing(tmp_path, data_dir, sets, want):
+  (tmp_path / "bad.json").write_text('{"not": "a tokenizer"}')
+  sets = [s.replace("=BAD", f"={tmp_path / 'bad.json'}") for s in sets]
+  env = dict(os.environ, TIKTOKEN_CACHE_DIR=str(tmp_path / "empty_cache"))
+  flags = [f"--config.{s}" for s in sets] + [f"--config.data.data_dir={data_dir}",
+                                             "--config.data.size=tiny"]
+  proc = _cli(tmp_path, "transformer.train", "--config", LM, "--workdir", "run", *flags,
+              env=env)
+  assert want in _one_error_line(proc)
+  assert not os.path.exists(tmp_path / "run")
+
+
+def test_special_ids_are_found_by_name_or_read_beside_the_file(tmp_path, data_dir):
+  folder = _hf_folder(data_dir, str(tmp_path / "tok"))
+  tok = external_tokenizers.HuggingFaceTokenizer(folder)
+  assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.mask_id) == (0, 0, 0, None)
+  with open(os.path.join(folder, "special_ids.json"), "w") as f:
+    json.dump({"bos": 5, "mask": 6}, f)
+  tok = external_tokenizers.HuggingFaceTokenizer(os.path.join(folder, "tokenizer.json"))
+  assert (tok.bos_id, tok.eos_id, tok.mask_id) == (5, 0, 6)
+
+
+def test_a_changed_original_is_refused_not_silently_used(tmp_path, data_dir):
+  folder = _hf_folder(data_dir, str(tmp_path / "tok"))
+  config = data.default_config()
+  config.tokenizer, config.tokenizer_path = "huggingface", folder
+  data.get_tokenizer(config, str(tmp_path / "run" / "tokenizer"))
+  with open(os.path.join(folder, "tokenizer.json"), "a") as f:
+    f.write(" ")
+  with pytest.raises(ValueError, match="differs from .*the tokenizer this run was trained"):
+    data.get_tokenizer(config, str(tmp_path / "run" / "tokenizer"))
