@@ -15,13 +15,15 @@ latest checkpoint. A DIR holding another sweep (a started run missing from this 
 another command) is refused; a sweep that keeps every started run (a grid extended) is
 written, the earlier sweep.json kept as sweep.1.json. Each run's output goes to
 DIR/<run>/train.log; DIR/results.md is rewritten as runs finish. Ctrl-C forwards the signal,
-so the runs checkpoint before they stop.
+so the runs checkpoint before they stop; a launcher killed outright (kill -9) takes its runs
+with it (on Linux each gets SIGTERM, so it checkpoints too: `_die_with_launcher`).
 
 With --parallel N > 1 the machine's CPUs are split into N groups and each run is pinned to
 one (see child_env); on a GPU each run may use 0.9/N of its memory.
 """
 
 import contextlib
+import ctypes
 import os
 import shlex
 import signal
@@ -81,6 +83,23 @@ def _pinned(cpus):
     os.sched_setaffinity(0, before)
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _die_with_launcher(launcher_pid: int):
+  """A preexec_fn: the kernel sends the run SIGTERM when the launcher dies, however it dies
+  (the run then checkpoints and exits), so a killed launcher leaves no trainer behind.
+
+  It runs in the forked child before exec and only makes system calls (no imports, no locks
+  another thread could hold), which is what keeps a preexec_fn safe in a threaded parent."""
+  def preexec():
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
+      os.kill(os.getpid(), signal.SIGTERM)
+  return preexec if _LIBC is not None else None
+
+
 def run_sweep(config, workdir: str, *, config_arg: str, parallel: int = 1,
               train_module: str = "transformer.train", extra_flags=(), dry_run: bool = False,
               multihost: bool = False, log=print) -> dict:
@@ -134,7 +153,8 @@ def run_sweep(config, workdir: str, *, config_arg: str, parallel: int = 1,
         # once (a second signal makes the trainer quit without its checkpoint).
         with _pinned(group if parallel > 1 else None):
           proc = subprocess.Popen(commands[name], stdout=out, stderr=subprocess.STDOUT,
-                                  env=child_env(group, parallel), start_new_session=True)
+                                  env=child_env(group, parallel), start_new_session=True,
+                                  preexec_fn=_die_with_launcher(os.getpid()))
         running[proc] = (name, group, time.time(), out)
         log(f"start  {name}  (cpus {','.join(map(str, group))})")
       time.sleep(0.2)
@@ -171,7 +191,10 @@ def main(argv):
                      extra_flags=sweep.passthrough_flags(f["config"]), dry_run=f.dry_run,
                      multihost=f.multihost)
   if result["failed"]:
-    raise SystemExit(1)
+    failed = result["failed"]
+    raise SystemExit(f"error: {len(failed)} run{'s' if len(failed) > 1 else ''} failed "
+                     f"({', '.join(failed)}): see {f.workdir}/<run>/train.log, then re-run the "
+                     f"same command to retry {'them' if len(failed) > 1 else 'it'}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,9 @@ import socket
 
 import ml_collections
 import numpy as np
+from absl import flags as absl_flags
 from ml_collections import config_flags
+from ml_collections.config_flags import config_path, tuple_parser
 
 from experiments.scaling import shapes
 
@@ -384,7 +386,31 @@ def expand(config) -> list[dict]:
                      "4 significant digits a run name keeps")
   for key in {k for r in runs for k in r["overrides"]}:
     _check_key(config, key)  # here, not after N runs each die on the same typo
+  for r in runs:
+    for key, value in r["overrides"].items():
+      _check_value(config, key, value)  # ... or on a value of the wrong type
   return runs
+
+
+# The parsers ml_collections gives a --config.KEY=VALUE flag, by the type of the field.
+_PARSERS = {float: absl_flags.FloatParser(), bool: absl_flags.BooleanParser(),
+            int: absl_flags.IntegerParser(), str: absl_flags.ArgumentParser(),
+            tuple: tuple_parser.TupleParser()}
+
+
+def _check_value(config, key: str, value) -> None:
+  """Refuse a swept value that the run's --config.KEY flag would not parse, before any run
+  is launched (each would fail on it after the launcher made its folder)."""
+  kind = config_path.get_type(key, config)
+  parser = _PARSERS.get(kind)
+  if parser is None or config_path.get_value(key, config) is None:
+    return  # a field without a type (None) takes any literal
+  try:
+    parser.parse(format_value(value))
+  except (ValueError, TypeError, absl_flags.Error):
+    article = "an" if kind.__name__[0] in "aeiou" else "a"
+    raise ValueError(f"sweep value {value!r} for {key} is not {article} {kind.__name__} (the "
+                     f"config has {config_path.get_value(key, config)!r})") from None
 
 
 def _check_key(config, key: str) -> None:

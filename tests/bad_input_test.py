@@ -60,6 +60,15 @@ def _one_error_line(proc) -> str:
      "unexpected arguments ['stray']"),
     (["launch.local", "--config", LM, "--workdir", "w", "--no_such_flag"],
      "Unknown command line flag 'no_such_flag'"),
+    # Swept values of the wrong type: refused before any run (or the sweep folder) is made.
+    (["launch.local", "--config", LM, "--workdir", "w", "--sweep=opt.lr=1e-3,abc"],
+     "sweep value 'abc' for opt.lr is not a float (the config has"),
+    (["launch.local", "--config", LM, "--workdir", "w", "--sweep=model.num_layers=2,2.5"],
+     "sweep value 2.5 for model.num_layers is not an int"),
+    (["launch.local", "--config", LM, "--workdir", "w", "--sweep=train.async_checkpoint=maybe"],
+     "sweep value 'maybe' for train.async_checkpoint is not a bool"),
+    (["launch.local", "--config", LM, "--workdir", "w", "--trials=2",
+      "--sweep=model.num_layers=uniform(1,8)"], "for model.num_layers is not an int"),
     # Config values the trainer refuses in check_config, before anything is built.
     (TRAIN + ["--config.train.eval_batches=0"], "train.eval_batches must be >= 1, got 0"),
     (TRAIN + ["--config.opt.lr=-0.001"], "opt.lr must be a finite number >= 0, got -0.001"),

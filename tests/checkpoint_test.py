@@ -1,6 +1,8 @@
 """Checkpoint retention (last N plus best), round trips, and the compatibility check."""
 
+import errno
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import tiny_run
-from transformer.training import checkpoint
+from transformer.training import checkpoint, checkpoint_integrity
 
 
 def _state(value):
@@ -86,3 +88,69 @@ def test_flatten():
 def test_load_for_inference_without_a_checkpoint_says_so(tmp_path):
   with pytest.raises(FileNotFoundError, match="no checkpoint under"):
     checkpoint.load_for_inference(str(tmp_path))
+
+
+def test_keep_zero_still_keeps_the_latest_save(tmp_path):
+  """keep_checkpoints=0 with keep_best=1: a stop's save (no eval) is what a re-run resumes."""
+  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
+  manager = checkpoint.make_manager(str(tmp_path), keep=0, keep_best=1)
+  checkpoint.save(manager, 1, _state(1), {}, config, eval_loss=0.5)
+  checkpoint.save(manager, 2, _state(2), {}, config)
+  checkpoint.finish(manager)
+  assert manager.latest_step() == 2 and manager.best_step() == 1
+  manager.close()
+
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_a_save_that_cannot_fit_is_refused_in_one_line_before_writing(tmp_path, monkeypatch,
+                                                                      async_save):
+  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
+  manager = checkpoint.make_manager(str(tmp_path), async_save=async_save)
+  checkpoint.save(manager, 1, _state(1), {}, config)
+  checkpoint.finish(manager)
+  monkeypatch.setattr(checkpoint, "_free_bytes", lambda path: 100)
+  with pytest.raises(checkpoint.DiskFull, match=(
+      rf"^no space left on the device of {tmp_path}/checkpoints for the step-2 checkpoint "
+      r"\(about \d+\.\d KiB needed, 100 bytes free\); the last complete checkpoint, step 1, "
+      r"is intact: free some space and re-run the same command to resume$")):
+    checkpoint.save(manager, 2, _state(2), {}, config)
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1"]
+  manager.close()
+
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_enospc_inside_a_save_is_one_line_and_leaves_the_last_checkpoint(tmp_path, monkeypatch,
+                                                                        async_save):
+  """The disk filling up while orbax writes (its writer threads, when async)."""
+  from orbax.checkpoint._src.path import atomicity
+  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
+  manager = checkpoint.make_manager(str(tmp_path), async_save=async_save)
+  checkpoint.save(manager, 1, _state(1), {}, config)
+  checkpoint.finish(manager)
+
+  async def full(self):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.get()))
+  monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", full)
+  with pytest.raises(checkpoint.DiskFull, match=(
+      rf"^no space left on the device of {tmp_path}/checkpoints saving the step-2 checkpoint "
+      r"\(.* free\); the last complete checkpoint, step 1, is intact: free some space")):
+    checkpoint.save(manager, 2, _state(2), {}, config)
+    checkpoint.finish(manager)  # an async save fails in the background
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1"]  # the partial step removed
+  assert checkpoint_integrity.problem(str(tmp_path / "checkpoints" / "1")) is None
+  checkpoint.close(manager, failing=True)
+
+
+def test_disk_full_is_recognized_through_orbax_and_tensorstore_errors():
+  tensorstore = ValueError("RESOURCE_EXHAUSTED: Error writing local file \"x\": No space left "
+                           "on device [os_error_code='28']")
+  assert checkpoint.disk_full(tensorstore, "/w") is not None
+  try:
+    try:
+      raise OSError(errno.ENOSPC, "No space left on device", "/w/metrics.jsonl")
+    except OSError as e:
+      raise RuntimeError("wrapped") from e
+  except RuntimeError as e:
+    line = str(checkpoint.disk_full(e, "/w"))
+  assert line.startswith("no space left on the device of /w/metrics.jsonl (")
+  assert checkpoint.disk_full(ValueError("shape mismatch"), "/w") is None

@@ -7,6 +7,11 @@ r"""Train a model from an experiment config; re-running the same command resumes
 The job itself is `transformer.training.loop.train_and_evaluate(config, workdir)`.
 """
 
+from transformer.training import preemption
+
+preemption.exit_while_starting()  # before the imports that take seconds
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from transformer import cli
 from transformer.training import loop, sharding
 

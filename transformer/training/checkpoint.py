@@ -6,12 +6,17 @@ A checkpoint at step k holds everything needed to continue exactly as if never s
   data         every data shard's iterator position (JSON, written by process 0)
   meta         the full experiment config, to refuse resuming a different model
 Orbax writes each step into a temporary directory and renames it only once complete, so a
-process killed mid-save leaves the previous checkpoint as the latest one.
+process killed mid-save leaves the previous checkpoint as the latest one; each complete step
+then gets a sha256 record, checked before a resume (checkpoint_integrity.py). A save that
+fails for lack of space (ENOSPC, synchronous or async) stops the run with one line that names
+the folder and the space left, the last complete checkpoint untouched (`DiskFull`).
 """
 
+import errno
 import json
 import logging
 import os
+import shutil
 from typing import Any
 
 import jax
@@ -23,7 +28,7 @@ from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
 from transformer import schema
-
+from transformer.training import checkpoint_integrity
 
 
 class _NoMetricsWarningFilter(logging.Filter):
@@ -42,6 +47,112 @@ class _ReadOnlyNoiseFilter(logging.Filter):
                                                "Given directory is read only"))
 
 
+class _DiskFullNoiseFilter(logging.Filter):
+  """Orbax's writer threads log each ENOSPC with its traceback; `DiskFull` says it once."""
+
+  def filter(self, record):
+    error = record.exc_info[1] if record.exc_info else None
+    return _is_disk_full(record.getMessage()) is None and _is_disk_full(error) is None
+
+
+class DiskFull(ValueError):
+  """A save, or another write of the run, failed for lack of space: one line for the user."""
+
+
+def _is_disk_full(error):
+  """The ENOSPC/EDQUOT OSError anywhere in the chain, or the error with tensorstore's text
+  for it; None if there is none."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+      return error
+    text = str(error)
+    if "No space left on device" in text or "os_error_code='28'" in text:
+      return error
+    if isinstance(error, str):
+      return None
+    error = error.__cause__ or error.__context__
+  return None
+
+
+def _free_bytes(path: str) -> int | None:
+  while path and not os.path.exists(path):
+    path = os.path.dirname(path)
+  try:
+    return shutil.disk_usage(path or ".").free
+  except OSError:
+    return None
+
+
+def _size(n: float) -> str:
+  for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+    if n < 1024 or unit == "TiB":
+      return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+    n /= 1024
+
+
+def free_space(path: str) -> str:
+  """'12.3 MiB free' on the file system that holds `path` (or its nearest existing parent)."""
+  free = _free_bytes(path)
+  return "free space unknown" if free is None else f"{_size(free)} free"
+
+
+def _check_space(manager, step: int, state: dict) -> None:
+  """Refuse a save that cannot fit before writing a byte of it: an ENOSPC inside orbax's
+  writer threads stops the run too, but amid their noise. The need is the last step's size on
+  disk (orbax compresses), or the state's bytes for a first save."""
+  directory = str(manager.directory)
+  steps = checkpoint_integrity.step_dirs(directory)
+  if steps:
+    last = steps[max(steps)]
+    need = sum(os.path.getsize(os.path.join(parent, name))
+               for parent, _, names in os.walk(last) for name in names)
+  else:
+    need = sum(x.nbytes for x in jax.tree.leaves(state) if hasattr(x, "nbytes"))
+  free = _free_bytes(directory)
+  if free is not None and free < need:
+    last = (f"the last complete checkpoint, step {max(steps)}, is intact" if steps else
+            "no checkpoint was completed yet")
+    raise DiskFull(f"no space left on the device of {directory} for the step-{step} "
+                   f"checkpoint (about {_size(need)} needed, {_size(free)} free); {last}: free "
+                   f"some space and re-run the same command to resume")
+
+
+def disk_full(error, where: str) -> DiskFull | None:
+  """The one-line DiskFull for `error` if it is one (None otherwise); `where`: what was written."""
+  found = _is_disk_full(error)
+  if found is None:
+    return None
+  path = getattr(found, "filename", None) or where
+  return DiskFull(f"no space left on the device of {path} ({free_space(path)}): free some "
+                  f"space and re-run the same command to resume")
+
+
+def _save_failed(error, manager) -> DiskFull | None:
+  """A failed save as DiskFull, its partial temporary folder removed (it only takes space)."""
+  if _is_disk_full(error) is None:
+    return None
+  directory = str(manager.directory)
+  partial = [n for n in os.listdir(directory) if ".orbax-checkpoint-tmp" in n] \
+      if os.path.isdir(directory) else []
+  if jax.process_index() == 0:
+    for name in partial:
+      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+  steps = sorted(checkpoint_integrity.step_dirs(directory))
+  failed = ", ".join(sorted({n.split(".")[0] for n in partial})) or "?"
+  last = (f"the last complete checkpoint, step {steps[-1]}, is intact" if steps else
+          "no checkpoint was completed yet")
+  return DiskFull(f"no space left on the device of {directory} saving the step-{failed} "
+                  f"checkpoint ({free_space(directory)}); {last}: free some space and re-run "
+                  f"the same command to resume")
+
+
+def _filter_once(logger, cls) -> None:
+  if not any(isinstance(f, cls) for f in logger.filters):
+    logger.addFilter(cls())
+
+
 def read_only_manager(workdir: str) -> ocp.CheckpointManager:
   """A manager that reads another run's checkpoints (train.init_from) and never writes."""
   logger = absl_logging.get_absl_logger()
@@ -55,9 +166,11 @@ def make_manager(workdir: str, keep: int = 3, keep_best: int = 1,
                  async_save: bool = True) -> ocp.CheckpointManager:
   """Keeps the last `keep` checkpoints plus the `keep_best` lowest eval losses."""
   logger = absl_logging.get_absl_logger()
-  if not any(isinstance(f, _NoMetricsWarningFilter) for f in logger.filters):
-    logger.addFilter(_NoMetricsWarningFilter())
-  policies = [checkpoint_managers.LatestN(n=keep)]
+  _filter_once(logger, _NoMetricsWarningFilter)
+  _filter_once(logger, _DiskFullNoiseFilter)
+  # The latest save is always kept, whatever `keep` says: it is the one a stopped run
+  # resumes from (keep=0 with keep_best=1 would otherwise delete a stop's checkpoint).
+  policies = [checkpoint_managers.LatestN(n=max(keep, 1))]
   if keep_best > 0:
     policies.append(checkpoint_managers.BestN(
         get_metric_fn=lambda m: m["eval_loss"], reverse=True, n=keep_best,
@@ -74,7 +187,10 @@ def make_manager(workdir: str, keep: int = 3, keep_best: int = 1,
 
 def save(manager, step: int, state: dict, data_state: dict, config, eval_loss=None,
          force: bool = False) -> bool:
-  """Start an (async) save of the train state, data positions and config at `step`."""
+  """Start an (async) save of the train state, data positions and config at `step`, once the
+  previous save is complete and recorded (`finish`; orbax's save would wait for it anyway)."""
+  finish(manager)
+  _check_space(manager, step, state)
   metrics = None if eval_loss is None else {"eval_loss": float(eval_loss)}
   args = ocp.args.Composite(
       params=ocp.args.StandardSave(state["params"]),
@@ -82,7 +198,67 @@ def save(manager, step: int, state: dict, data_state: dict, config, eval_loss=No
           {k: v for k, v in state.items() if k != "params"}),
       data=ocp.args.JsonSave(data_state),
       meta=ocp.args.JsonSave({"config": json.loads(config.to_json())}))
-  return manager.save(step, args=args, metrics=metrics, force=force)
+  try:
+    saved = manager.save(step, args=args, metrics=metrics, force=force)
+  except Exception as e:  # pylint: disable=broad-except
+    raise _save_failed(e, manager) or e
+  _in_flight.add(id(manager))
+  return saved
+
+
+_in_flight: set[int] = set()  # id() of the managers with a save not yet `finish`ed
+
+
+def finish(manager) -> None:
+  """Wait for the save in flight; raise DiskFull (one line) if it failed for lack of space;
+  then record the sha256 sums of every complete step that has none (process 0)."""
+  _in_flight.discard(id(manager))
+  try:
+    manager.wait_until_finished()
+  except Exception as e:  # pylint: disable=broad-except
+    raise _save_failed(e, manager) or e
+  if jax.process_index() == 0:
+    steps = checkpoint_integrity.step_dirs(str(manager.directory))
+    for step in manager.all_steps():
+      if step in steps:
+        checkpoint_integrity.record(steps[step])
+
+
+def check_saving(manager) -> None:
+  """Per step: `finish` a background save as soon as it ended, so a failed one stops the run
+  at once instead of at the next save, and the sums are recorded while the run goes on."""
+  if id(manager) in _in_flight and not manager.is_saving_in_progress():
+    finish(manager)
+
+
+def close(manager, failing: bool = False) -> None:
+  """`finish`, then close; while another error propagates (`failing`), a failing save of
+  this manager only adds noise, so its errors are dropped."""
+  try:
+    finish(manager)
+    manager.close()
+  except Exception:  # pylint: disable=broad-except
+    if not failing:
+      raise
+
+
+def set_aside_damaged(workdir: str, log=print) -> list[int]:
+  """checkpoint_integrity.set_aside_damaged on process 0, the others waiting for it."""
+  damaged = []
+  if jax.process_index() == 0:
+    damaged = checkpoint_integrity.set_aside_damaged(workdir, log)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices("checkpoint_integrity")
+  return damaged
+
+
+def newest_intact(manager) -> int | None:
+  """The newest step whose files match their record (after a NaN, the one to go back to)."""
+  steps = checkpoint_integrity.step_dirs(str(manager.directory))
+  for step in sorted(manager.all_steps(), reverse=True):
+    if step in steps and checkpoint_integrity.problem(steps[step]) is None:
+      return step
+  return None
 
 
 def read_config(manager, step: int) -> ml_collections.ConfigDict:
@@ -173,6 +349,10 @@ def load_for_inference(workdir: str, step: int | None = None):
   if step not in manager.all_steps():
     raise FileNotFoundError(f"no checkpoint of step {step} under {workdir}/checkpoints; "
                             f"saved steps: {sorted(manager.all_steps())}")
+  damage = checkpoint_integrity.problem(os.path.join(str(manager.directory), str(step)))
+  if damage is not None:
+    raise ValueError(f"the step-{step} checkpoint in {manager.directory} is damaged ({damage}); "
+                     f"pass --step with another of {sorted(manager.all_steps())}")
   config = read_config(manager, step)
   model = models.make_model(config.model)
   _, abstract = train_state.abstract_params(model, config)

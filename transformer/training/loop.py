@@ -10,7 +10,7 @@ loop that steps, logs, evaluates and checkpoints.
 import dataclasses
 import json
 import os
-import shutil
+import sys
 import time
 from typing import Any, Callable, Sequence
 
@@ -24,7 +24,8 @@ from transformer.analysis import model_stats
 from transformer.cpu import host_memory
 from transformer.model import models, positions
 from transformer.training import (checkpoint, init_from, losses, optim, preemption, profiling,
-                                  sharding, throughput, train_state, wandb_log, workdir_lock)
+                                  sharding, throughput, train_state, wandb_log, workdir_cleanup,
+                                  workdir_lock)
 from transformer.training.step import make_eval_step, make_train_step
 from transformer.data.shards import ShardedBatches
 from transformer.training.run_log import RunLog, Stopwatch
@@ -85,31 +86,36 @@ def prepare_workdir(workdir: str) -> None:
       f.write("ok")
     os.remove(probe)
   except OSError as e:
-    raise ValueError(f"cannot write to --workdir {workdir}: {e.strerror or e}") from None
+    raise (checkpoint.disk_full(e, workdir) or ValueError(
+        f"cannot write to --workdir {workdir}: {e.strerror or e}")) from None
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Train per `config`, writing logs and checkpoints under `workdir`; returns the summary.
 
   A run that fails before logging a step or saving a checkpoint leaves no workdir behind if
-  it made it (what it wrote by then, config.json and empty logs, says nothing)."""
-  made = not os.path.exists(workdir)
+  it made it, nor the parent folders it made for it, nor what it added to a folder that existed
+  (workdir_cleanup.py). SIGINT/SIGTERM before the loop (or a second one in it) ends the
+  process with one line on stderr and exit status 128 + the signal, after that same cleanup; a
+  full disk anywhere is one line (checkpoint.DiskFull)."""
+  before = workdir_cleanup.Before(workdir)
   lock = workdir_lock.WorkdirLock(workdir)  # taken once the config passed its checks
-  try:
-    return _train_and_evaluate(config, workdir, lock)
-  except BaseException:
-    if made and jax.process_index() == 0 and not _holds_results(workdir):
-      shutil.rmtree(workdir, ignore_errors=True)
-    raise
-  finally:
-    lock.release()
-
-
-def _holds_results(workdir: str) -> bool:
-  metrics = os.path.join(workdir, "metrics.jsonl")
-  checkpoints = os.path.join(workdir, "checkpoints")
-  return ((os.path.exists(metrics) and os.path.getsize(metrics) > 0) or
-          (os.path.isdir(checkpoints) and any(os.scandir(checkpoints))))
+  with preemption.interruptible():
+    try:
+      return _train_and_evaluate(config, workdir, lock)
+    except BaseException as e:
+      preemption.handled()
+      with preemption.ignored():
+        removed = jax.process_index() == 0 and before.clean_up()
+      if isinstance(e, preemption.Interrupted):
+        preemption.exit_interrupted(e, f"removed {workdir} (this run made it): re-run the same "
+                                    f"command to start" if removed else None)
+      full = None if isinstance(e, checkpoint.DiskFull) else checkpoint.disk_full(e, workdir)
+      if full is not None:
+        raise full from None
+      raise
+    finally:
+      lock.release()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +167,7 @@ def _open_checkpoints(config, workdir, lock):
   prepare_workdir(workdir)
   if jax.process_index() == 0:
     lock.acquire()
+  checkpoint.set_aside_damaged(workdir, log=lambda line: print(line, flush=True))
   manager = checkpoint.make_manager(workdir, config.train.keep_checkpoints,
                                     config.train.keep_best, config.train.async_checkpoint)
   try:
@@ -344,6 +351,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
         state, metrics = profile(step, train_step, state, batch)
         window.append(metrics)
         log.tick(step)
+        checkpoint.check_saving(manager)  # a failed background save stops the run here
 
         # Reading the previous step's flag waits only for that step: the device already
         # has this one queued, so the check costs no idle time.
@@ -369,7 +377,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
             checkpoint.save(manager, step, state, data_state, config,
                             eval_loss=last_eval if eval_due else None, force=True)
         if stopping:
-          manager.wait_until_finished()
+          checkpoint.finish(manager)
           log.info(f"stopped by {stop.received or 'a peer process'} at step {step}; "
                    f"checkpoint saved. Re-run the same command to resume.")
           return {"step": step, "stopped": True}
@@ -408,16 +416,15 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
   finally:
     profile.close()
     stop.restore()
-    manager.wait_until_finished()
-    manager.close()
+    checkpoint.close(manager, failing=sys.exc_info()[0] is not None)
     log.close()
 
 
 def _non_finite(step: int, metrics: dict, manager) -> FloatingPointError:
-  manager.wait_until_finished()
-  latest = manager.latest_step()
-  where = (f"the last good checkpoint is step {latest} in {manager.directory}"
-           if latest is not None else "no checkpoint was saved yet")
+  checkpoint.finish(manager)
+  intact = checkpoint.newest_intact(manager)  # files checked: a damaged step is not "good"
+  where = (f"the newest intact checkpoint is step {intact} in {manager.directory}"
+           if intact is not None else "no intact checkpoint was saved yet")
   return FloatingPointError(
       f"loss {float(metrics['loss'])} / grad norm {float(metrics['grad_norm'])} is not "
       f"finite at step {step}; stopping ({where}). Lower opt.lr or raise opt.warmup_steps.")

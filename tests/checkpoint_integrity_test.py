@@ -1,0 +1,142 @@
+"""Damaged checkpoints (issue 23): each kind of damage is named in one line, the step is moved
+aside (not deleted) and the run resumes from the newest intact step."""
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+
+from helpers import tiny_run
+from transformer.training import checkpoint, checkpoint_integrity, loop
+
+
+def _biggest(folder):
+  files = [os.path.join(p, n) for p, _, names in os.walk(folder) for n in names]
+  return max(files, key=os.path.getsize)
+
+
+def _truncate(step_dir):
+  path = _biggest(os.path.join(step_dir, "params"))
+  with open(path, "r+b") as f:
+    f.truncate(1000)
+
+
+def _delete(step_dir):
+  os.remove(_biggest(os.path.join(step_dir, "train_state")))
+
+
+def _flip(step_dir):
+  path = _biggest(os.path.join(step_dir, "params"))
+  with open(path, "r+b") as f:
+    f.seek(5000)
+    byte = f.read(1)
+    f.seek(5000)
+    f.write(bytes([byte[0] ^ 0xFF]))
+
+
+DAMAGE = {  # name: (what to do to step 4, the step it names, the words that say why)
+    "truncated": (_truncate, 4, r"params/.* has 1000 bytes, \d+ when saved"),
+    "deleted": (_delete, 4, r"train_state/.* is missing"),
+    "flipped": (_flip, 4, r"params/.* changed since it was saved \(sha256 mismatch\)"),
+    "empty step folder": (lambda d: os.makedirs(d.replace("/4", "/6")), 6,
+                          r"an empty or stray step folder"),
+    "partial step folder": (lambda d: shutil.copytree(os.path.join(d, "params"),
+                                                      d.replace("/4", "/6") + "/params"),
+                            6, r"no train_state/, data/, meta/ in it"),
+}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data_dir):
+  """A 4-step tiny run with checkpoints at steps 2 and 4 (sha256 records written)."""
+  tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
+  workdir = tmp_path_factory.mktemp("trained") / "run"
+  config = tiny_run.tiny_config(data_dir, **{"train.steps": 4, "train.checkpoint_every": 2})
+  loop.train_and_evaluate(config, str(workdir))
+  return workdir, config
+
+
+def test_every_complete_step_has_a_record_that_matches(trained):
+  workdir, _ = trained
+  steps = checkpoint_integrity.step_dirs(str(workdir / "checkpoints"))
+  assert sorted(steps) == [2, 4]
+  for step_dir in steps.values():
+    sums = json.load(open(os.path.join(step_dir, checkpoint_integrity.SUMS)))["files"]
+    assert any(name.startswith("params/") for name in sums)
+    assert checkpoint_integrity.problem(step_dir) is None
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_damage_is_named_and_set_aside(tmp_path, trained, kind):
+  workdir, _ = trained
+  copy = tmp_path / "run"
+  shutil.copytree(workdir, copy)
+  damage, step, why = DAMAGE[kind]
+  damage(str(copy / "checkpoints" / "4"))
+  lines = []
+  assert checkpoint_integrity.set_aside_damaged(str(copy), lines.append) == [step]
+  assert len(lines) == 1
+  assert lines[0].startswith(f"checkpoint step {step} in {copy}/checkpoints is damaged (")
+  assert re.search(why, lines[0]), lines[0]
+  resumed_from = 2 if step == 4 else 4
+  assert lines[0].endswith(f"moved it to {copy}/checkpoints_damaged/{step}; resuming from "
+                           f"step {resumed_from}")
+  assert os.path.isdir(copy / "checkpoints_damaged" / str(step))  # kept, not deleted
+  assert sorted(checkpoint_integrity.step_dirs(str(copy / "checkpoints"))) == (
+      [2] if step == 4 else [2, 4])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["flipped", "empty step folder"])
+def test_a_run_resumes_from_the_newest_intact_checkpoint(tmp_path, trained, kind, capsys):
+  workdir, config = trained
+  copy = tmp_path / "run"
+  shutil.copytree(workdir, copy)
+  damage, step, _ = DAMAGE[kind]
+  damage(str(copy / "checkpoints" / "4"))
+  config = tiny_run.tiny_config(config.data.data_dir, **{"train.steps": 6,
+                                                         "train.checkpoint_every": 2})
+  summary = loop.train_and_evaluate(config, str(copy))
+  out = capsys.readouterr().out
+  assert f"checkpoint step {step} in {copy}/checkpoints is damaged" in out
+  assert f"resumed from step {2 if step == 4 else 4} in" in out
+  assert summary["step"] == 6
+  assert sorted(tiny_run.losses(str(copy))) == [1, 2, 3, 4, 5, 6]  # no step twice, none lost
+  assert os.listdir(copy / "checkpoints_damaged") == [str(step)]
+
+
+def test_two_damaged_steps_of_the_same_number_are_both_kept(tmp_path, trained):
+  workdir, _ = trained
+  for attempt in range(2):
+    copy = tmp_path / "run"
+    if copy.exists():
+      shutil.rmtree(copy / "checkpoints")
+      shutil.copytree(workdir / "checkpoints", copy / "checkpoints")
+    else:
+      shutil.copytree(workdir, copy)
+    _flip(str(copy / "checkpoints" / "4"))
+    checkpoint_integrity.set_aside_damaged(str(copy), lambda line: None)
+  assert sorted(os.listdir(copy / "checkpoints_damaged")) == ["4", "4.1"]
+
+
+def test_generate_refuses_a_damaged_step_in_one_line(tmp_path, trained):
+  workdir, _ = trained
+  copy = tmp_path / "run"
+  shutil.copytree(workdir, copy)
+  _flip(str(copy / "checkpoints" / "4"))
+  with pytest.raises(ValueError, match=r"the step-4 checkpoint in .* is damaged \(params/"):
+    checkpoint.load_for_inference(str(copy))
+  checkpoint.load_for_inference(str(copy), step=2)  # the intact one still loads
+
+
+def test_the_nan_guard_names_the_newest_intact_step(tmp_path, trained):
+  workdir, _ = trained
+  copy = tmp_path / "run"
+  shutil.copytree(workdir, copy)
+  _flip(str(copy / "checkpoints" / "4"))  # damaged after it was saved, during the run
+  manager = checkpoint.make_manager(str(copy))
+  error = loop._non_finite(7, {"loss": float("nan"), "grad_norm": float("nan")}, manager)
+  manager.close()
+  assert f"the newest intact checkpoint is step 2 in {copy}/checkpoints" in str(error)

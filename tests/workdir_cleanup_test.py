@@ -1,0 +1,51 @@
+"""A failed first run leaves nothing it created (the workdir and the parents it made for it)
+and removes nothing that existed before (issue 23)."""
+
+import os
+
+import pytest
+
+from helpers import tiny_run
+from transformer.training import loop, workdir_cleanup
+
+
+def test_missing_folders_are_the_workdir_and_its_missing_parents(tmp_path):
+  assert workdir_cleanup.missing_folders(str(tmp_path / "a" / "b")) == [
+      str(tmp_path / "a" / "b"), str(tmp_path / "a")]
+  assert workdir_cleanup.missing_folders(str(tmp_path)) == []
+
+
+def test_a_parent_something_else_wrote_to_meanwhile_stays(tmp_path):
+  made = workdir_cleanup.missing_folders(str(tmp_path / "a" / "b" / "run"))
+  os.makedirs(made[0])
+  (tmp_path / "a" / "other.txt").write_text("not the run's")
+  assert workdir_cleanup.remove_if_empty_handed(made)
+  assert sorted(os.listdir(tmp_path / "a")) == ["other.txt"]
+
+
+def test_results_are_never_removed(tmp_path):
+  made = workdir_cleanup.missing_folders(str(tmp_path / "a" / "run"))
+  os.makedirs(made[0])
+  (tmp_path / "a" / "run" / "metrics.jsonl").write_text('{"step": 1}\n')
+  assert not workdir_cleanup.remove_if_empty_handed(made)
+  assert (tmp_path / "a" / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("where", ["model", "first_batch"])
+def test_a_failed_first_run_removes_the_folders_it_made_and_only_those(tmp_path, data_dir,
+                                                                       monkeypatch, where):
+  def fail(*args, **kwargs):
+    raise ValueError("not today")
+  if where == "model":  # before anything is written
+    monkeypatch.setattr(loop.models, "make_model", fail)
+  else:  # after config.json and the empty logs
+    monkeypatch.setattr(loop.ShardedBatches, "__next__", fail)
+  (tmp_path / "existing").mkdir()
+  (tmp_path / "existing" / "keep.txt").write_text("the user's")
+  before = sorted(str(p) for p in tmp_path.rglob("*"))
+  for workdir in (tmp_path / "existing" / "new" / "deeper" / "run", tmp_path / "existing",
+                  tmp_path / "fresh"):
+    with pytest.raises(ValueError, match="not today"):
+      loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(workdir))
+  assert sorted(str(p) for p in tmp_path.rglob("*")
+                if not p.name.startswith(".lock")) == before
