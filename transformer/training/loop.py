@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -21,14 +21,16 @@ import numpy as np
 
 from transformer import data
 from transformer.analysis import model_stats
-from transformer.cpu import host_memory
-from transformer.model import models, positions
+from transformer.model import models
 from transformer.training import (checkpoint, init_from, losses, optim, preemption, profiling,
-                                  sharding, throughput, train_state, wandb_log, workdir_cleanup,
-                                  workdir_lock)
+                                  sharding, throughput, train_state, workdir_cleanup, workdir_lock)
 from transformer.training.step import make_eval_step, make_train_step
 from transformer.data.shards import ShardedBatches
 from transformer.training.run_log import RunLog, Stopwatch
+# Re-exported: the entry points and experiments call them as loop.check_config / configure_host.
+from transformer.training.config_checks import check_config
+from transformer.training.host import configure_host  # noqa: F401  pylint: disable=unused-import
+
 
 def evaluate(eval_step, params, config, tokenizer, mesh) -> dict:
   """Loss, perplexity and token accuracy over the first `train.eval_batches` eval batches.
@@ -48,34 +50,6 @@ def evaluate(eval_step, params, config, tokenizer, mesh) -> dict:
           # Bits per byte: comparable across tokenizers (None if the targets hold no text).
           "eval_bpb": (float(totals["nll_sum"] / totals["byte_sum"] / np.log(2))
                        if totals["byte_sum"] > 0 else None)}
-
-
-def check_config(config) -> None:
-  """Every mistake we can spot from the config alone, each as a one-line error."""
-  models.validate(config.model)
-  losses.check_config(config.objective, config.model.kind)
-  optim.check_config(config.opt)
-  t = config.train
-  for key in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every",
-              "eval_batches"):
-    if t[key] < 1:
-      raise ValueError(f"train.{key} must be >= 1, got {t[key]}")
-  for key in ("keep_checkpoints", "keep_best"):
-    if t[key] < 0:
-      raise ValueError(f"train.{key} must be >= 0, got {t[key]}")
-  if t.keep_checkpoints == 0 and t.keep_best == 0:
-    # Orbax would delete every save: a stopped run would restart from step 0.
-    raise ValueError("train.keep_checkpoints=0 with train.keep_best=0 keeps no checkpoint; "
-                     "keep at least one (train.keep_checkpoints >= 1)")
-  limit = positions.make_scheme(config.model).max_length()
-  if config.data.seq_len > limit:
-    raise ValueError(f"data.seq_len={config.data.seq_len} exceeds what "
-                     f"model.position.name={config.model.position.name!r} allows "
-                     f"({limit}, model.max_len); raise model.max_len or use a relative scheme")
-  data.validate(config.data, config.objective.name, model_vocab_size=config.model.vocab_size,
-                splits=(config.train.train_split, config.train.eval_split))
-  profiling.parse_steps(config.train.profile_steps, t.steps)
-  wandb_log.check_config(config.log.wandb_project)
 
 
 def prepare_workdir(workdir: str) -> None:
@@ -428,23 +402,3 @@ def _non_finite(step: int, metrics: dict, manager) -> FloatingPointError:
   return FloatingPointError(
       f"loss {float(metrics['loss'])} / grad norm {float(metrics['grad_norm'])} is not "
       f"finite at step {step}; stopping ({where}). Lower opt.lr or raise opt.warmup_steps.")
-
-
-def configure_host(configs: Sequence[ml_collections.ConfigDict] = (), *, cpu_devices: int = 1,
-                   retain_host_memory: bool = True, num_processes: int = 1) -> bool:
-  """Process-wide settings (the train command's --cpu_devices, --retain_host_memory and
-  --num_processes; `cli.host_settings()` reads them), for every program that trains through
-  this module (the experiments too). Call before JAX's first computation starts its threads.
-
-  `configs`: the runs this process will train, which `cpu_devices=0` fits the device
-  count to (with none, one device). True if freed host memory is now retained."""
-  if cpu_devices < 0:
-    raise ValueError(f"--cpu_devices={cpu_devices}: use 0 (one per core) or a count")
-  if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    count = cpu_devices or min(
-        [sharding.cpu_device_count(c.mesh.shape, c.train.batch_size, c.opt.grad_accum_steps,
-                                   cores, max(num_processes, 1)) for c in configs]
-        or [1])
-    jax.config.update("jax_num_cpu_devices", count)
-  return retain_host_memory and host_memory.retain_freed_memory()

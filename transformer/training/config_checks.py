@@ -1,0 +1,37 @@
+"""Every mistake the train command can spot from the config alone, before any compute.
+
+Each is a one-line ValueError naming the key and what to do, so a typo costs seconds rather
+than a compile (train_and_evaluate calls this first; tests/bad_input_test.py covers it).
+"""
+
+from transformer import data
+from transformer.model import models, positions
+from transformer.training import losses, optim, profiling, wandb_log
+
+
+def check_config(config) -> None:
+  """Every mistake we can spot from the config alone, each as a one-line error."""
+  models.validate(config.model)
+  losses.check_config(config.objective, config.model.kind)
+  optim.check_config(config.opt)
+  t = config.train
+  for key in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every",
+              "eval_batches"):
+    if t[key] < 1:
+      raise ValueError(f"train.{key} must be >= 1, got {t[key]}")
+  for key in ("keep_checkpoints", "keep_best"):
+    if t[key] < 0:
+      raise ValueError(f"train.{key} must be >= 0, got {t[key]}")
+  if t.keep_checkpoints == 0 and t.keep_best == 0:
+    # Orbax would delete every save: a stopped run would restart from step 0.
+    raise ValueError("train.keep_checkpoints=0 with train.keep_best=0 keeps no checkpoint; "
+                     "keep at least one (train.keep_checkpoints >= 1)")
+  limit = positions.make_scheme(config.model).max_length()
+  if config.data.seq_len > limit:
+    raise ValueError(f"data.seq_len={config.data.seq_len} exceeds what "
+                     f"model.position.name={config.model.position.name!r} allows "
+                     f"({limit}, model.max_len); raise model.max_len or use a relative scheme")
+  data.validate(config.data, config.objective.name, model_vocab_size=config.model.vocab_size,
+                splits=(config.train.train_split, config.train.eval_split))
+  profiling.parse_steps(config.train.profile_steps, t.steps)
+  wandb_log.check_config(config.log.wandb_project)
