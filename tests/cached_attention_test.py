@@ -1,10 +1,10 @@
-"""A decoding step's blockwise attention over the filled cache slots equals dense attention
-over the whole cache, at every fill level, and never reads the blocks past the filled ones.
+"""A decoding step's attention over a prefix of the cache that covers the filled slots equals
+dense attention over the whole cache, at every fill level, and never reads past the prefix.
 
 The reference is `dense` (reference.py) on the same cache in [B, S, K, H] with the layout
 decode.step_layout gives the step; `cached` sees the cache heads first, [B, K, S, H], with
-every slot of the blocks past the filled ones set to NaN (one read would poison the output).
-Small blocks (4 slots) over 13- and 5-slot caches exercise the shifted last block.
+every slot past the prefix it chose set to NaN (one read would poison the output). Small
+blocks (4 slots: prefixes 4, 8, 12, 13) over 13- and 5-slot caches exercise every prefix.
 """
 
 import functools
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from transformer.inference import decode
-from transformer.model.attention.cached import cached
+from transformer.model.attention.cached import cached, prefix_lengths
 from transformer.model.attention.layout import Layout
 from transformer.model.attention.reference import dense
 from transformer.model.positions import AttentionTerms, alibi_slopes
@@ -66,7 +66,7 @@ def test_cached_equals_dense_at_every_fill_level(K, bias, window, L):
     q = rng.normal(size=(B, L, N, H)).astype(np.float32)
     layout = queries_layout(index, L, slots, window)
     filled = min(index + 1, slots)
-    read = min(-(-filled // block) * block, slots)  # the slots of the blocks walked
+    read = next(n for n in prefix_lengths(slots, block) if n >= filled)
     poisoned = lambda x: np.swapaxes(np.where(np.arange(slots)[None, :, None, None] < read,
                                               x, np.nan), 1, 2)
     want, got = both(q, k_BSKH, v_BSKH, poisoned(k_BSKH), poisoned(v_BSKH), layout, terms,
@@ -87,6 +87,12 @@ def test_a_row_that_sees_nothing_gives_zeros_like_the_reference():
   want = dense(q, k, k, layout, AttentionTerms(), scale=0.3, cfg=None)
   np.testing.assert_array_equal(np.asarray(got)[1], 0.0)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-6)
+
+
+def test_prefix_lengths_grow_by_about_sqrt2_in_blocks_and_end_at_the_cache():
+  assert prefix_lengths(13, 4) == (4, 8, 12, 13)
+  assert prefix_lengths(4112) == (256, 512, 768, 1024, 1536, 2048, 3072, 4096, 4112)
+  assert prefix_lengths(100) == (100,)  # a cache shorter than a block: one prefix
 
 
 def test_one_compiled_step_serves_every_fill_level():

@@ -34,8 +34,8 @@ class Attention(nn.Module):
                the cache), cross-attention those of the whole encoder output.
     "step"     self-attention computes only the new tokens' keys/values, writes them at
                their slots and attends to the slots filled so far (the layout's keys are the
-               slots; cached.py walks them in blocks, so a step costs what is filled, not
-               what is allocated); cross-attention reuses what prefill stored: the encoder
+               slots; cached.py reads a prefix of the cache that covers them, so a step
+               costs what is filled, not what is allocated); cross-attention reuses what prefill stored: the encoder
                output is fixed.
   """
   cfg: ml_collections.ConfigDict
