@@ -7,7 +7,7 @@ W1: vocab 256, d_model 256, 4 layers, 4 heads, d_ff 1024 GELU, learned positions
 covers prompt + new tokens), fp32, greedy, no stop token (every run makes exactly T tokens).
 
   cache     decode.generate: one prefill, then one step per token (a lax.while_loop) that
-            computes the new token's query/key/value and attends to the cache
+            computes the new token's query/key/value and attends to the filled cache slots
   recompute the full forward pass for every new token over a fixed [1, prompt + T] buffer
             (the not-yet-generated part is masked by causality, so one compiled program
             serves every step); logits are read at the last real position
@@ -23,9 +23,9 @@ transformer.interop.hf.from_hf, decodes the same prompts greedily with both libr
 batches of --batches rows, for each of --hf_new_tokens:
 
   ours  decode.generate (one compiled program per length, warmed up first)
-  hf    model.generate(do_sample=False, use_cache=True) with torch, eager, all CPU threads
-        (its DynamicCache; min_new_tokens = max_new_tokens so both make exactly T tokens),
-        --threads torch threads (default all CPUs)
+  hf    model.generate(do_sample=False, use_cache=True), eager torch with --threads threads
+        (default all CPUs); its DynamicCache; min_new_tokens = max_new_tokens so both make
+        exactly T tokens
 
 It prints seconds and tokens/s (batch x T / s) of both, the ratio, how many new tokens agree
 (greedy decoding of one function, so they should up to float near-ties), and the growth
