@@ -112,7 +112,7 @@ def test_cache_bytes_equal_inspect(kind, overrides):
   expected = B * model_stats.kv_cache_bytes(cfg, length, 4, encoder_length=6 if enc else 0)
   assert decode.cache_nbytes(cache) == expected
   # Only num_kv_heads heads are kept: GQA halves this config's cache against MHA.
-  K_axis = {x.shape[-2] for x in jax.tree.leaves(cache)}
+  K_axis = {x.shape[-3] for x in jax.tree.leaves(cache)}  # [..., B, K, S, H]
   assert K_axis == {cfg.num_kv_heads}
 
 

@@ -15,6 +15,7 @@ feature it cannot honour with a clear error.
   accelerators.py  cudnn, structured_attention, fused_cpu
   pallas.py        splash (TPU), pallas_gpu (GPU)
   module.py        Attention (+ KV cache), dense_init, per_token
+  cached.py        cached: a decoding step over the filled cache slots, in key blocks
 """
 
 import jax

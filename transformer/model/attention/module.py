@@ -11,8 +11,9 @@ import ml_collections
 
 from transformer.model.dense import Dense, constrain
 from transformer.model.attention import get_implementation
+from transformer.model.attention.cached import cached
 from transformer.model.attention.layout import Layout
-from transformer.model.attention.reference import dense, dense_weights
+from transformer.model.attention.reference import dense_weights
 from transformer.model.positions import AttentionTerms
 
 
@@ -26,13 +27,16 @@ class Attention(nn.Module):
   collection is mutable, so a probe can read every head without hooks.
 
   `cache_mode` turns on the KV cache (the 'cache' collection, cached_key/cached_value
-  [B, S_cache, K, H]; see decode.py for the layout that goes with it):
+  [B, K, S_cache, H]: each head's slots contiguous, so a step reads a block of them without
+  a transpose; see decode.py for the layout that goes with it):
     "prefill"  attend as usual, then store the keys/values: self-attention those of the last
                S_cache tokens (token index i in slot i % S_cache, a ring when a window bounds
                the cache), cross-attention those of the whole encoder output.
     "step"     self-attention computes only the new tokens' keys/values, writes them at
-               their slots and attends to the whole cache (the layout's keys are the slots);
-               cross-attention reuses what prefill stored: the encoder output is fixed.
+               their slots and attends to the slots filled so far (the layout's keys are the
+               slots; cached.py reads a prefix of the cache that covers them, so a step
+               costs what is filled, not what is allocated); cross-attention reuses what prefill stored: the encoder
+               output is fixed.
   """
   cfg: ml_collections.ConfigDict
   deterministic: bool = True
@@ -61,9 +65,15 @@ class Attention(nn.Module):
     scale = cfg.qk_scale or 1.0 / math.sqrt(H)
 
     if self.is_mutable_collection("intermediates"):
+      # A step's k is the cache [B, K, S_cache, H]; the reference takes [B, S, K, H].
+      k_BSKH = jnp.swapaxes(k, 1, 2) if mode == "step" else k
       self.sow("intermediates", "attention_weights",
-               dense_weights(q, k, layout, terms, scale=scale))
-    if cfg.attention_dropout_rate and not self.deterministic:
+               dense_weights(q, k_BSKH, layout, terms, scale=scale))
+    if mode == "step":
+      # The new queries over the cache's filled slots only (all of a cross-attention cache).
+      out = cached(q, k, v, layout, terms, scale=scale,
+                   filled=None if kv_BSD is None else k.shape[2])
+    elif cfg.attention_dropout_rate and not self.deterministic:
       # Dropout on the weights needs them materialized: only the reference can do it.
       weights = dense_weights(q, k, layout, terms, scale=scale)
       weights = nn.Dropout(cfg.attention_dropout_rate)(weights, deterministic=False)
@@ -71,10 +81,6 @@ class Attention(nn.Module):
       out = jnp.einsum("bkgls,bskh->blkgh",
                        weights.reshape(B, K, N // K, L, -1).astype(v.dtype), v)
       out = out.reshape(B, L, N, H)
-    elif mode == "step":
-      # A few new queries against the cache: the score rows are short, every exact
-      # implementation reduces to the reference here.
-      out = dense(q, k, v, layout, terms, scale=scale, cfg=cfg)
     else:
       out = get_implementation(cfg.attention)(q, k, v, layout, terms, scale=scale, cfg=cfg)
     # Each tensor device keeps its own heads' output (q, k and v came split by head from
@@ -93,25 +99,32 @@ class Attention(nn.Module):
                        "(transformer.decode.prefill).")
 
   def _cache_write(self, k_BLKH, v_BLKH, layout, cross):
-    """Store new keys/values; return what this call attends to (see the class docstring)."""
+    """Store new keys/values; return what this call attends to (see the class docstring):
+    at prefill its own keys/values [B, L, K, H], at a step the cache [B, K, S_cache, H]."""
     self._require_cache()
     # Created with the input's shape when absent: decode.init_cache traces a prefill of the
     # cache's length to learn every layer's shapes.
-    ck = self.variable("cache", "cached_key", jnp.zeros, k_BLKH.shape, k_BLKH.dtype)
-    cv = self.variable("cache", "cached_value", jnp.zeros, v_BLKH.shape, v_BLKH.dtype)
-    S, L = ck.value.shape[1], k_BLKH.shape[1]
+    B, L, K, H = k_BLKH.shape
+    ck = self.variable("cache", "cached_key", jnp.zeros, (B, K, L, H), k_BLKH.dtype)
+    cv = self.variable("cache", "cached_value", jnp.zeros, (B, K, L, H), v_BLKH.dtype)
+    S = ck.value.shape[2]
+    heads_first = lambda x: jnp.swapaxes(x, 1, 2)
     if cross:
-      ck.value, cv.value = k_BLKH, v_BLKH
+      ck.value, cv.value = heads_first(k_BLKH), heads_first(v_BLKH)
       return k_BLKH, v_BLKH
     if self.cache_mode == "prefill":
       # Prefill attends to its own keys; the cache keeps the last S of them, token index i
       # in slot i % S (a rotation of the tail when the prompt is longer than a window ring).
       keep = functools.partial(jnp.roll, shift=L % S, axis=1) if L > S else (lambda x: x)
-      put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(c, keep(x[:, -S:]), 0, axis=1)
+      put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(c, heads_first(keep(x[:, -S:])),
+                                                             0, axis=2)
       ck.value, cv.value = put(ck.value, k_BLKH), put(cv.value, v_BLKH)
       return k_BLKH, v_BLKH
     # Left-padded batches share the indices of a step, so one set of slots serves every row.
-    slots_L = layout.q_idx_BL[0] % S
-    ck.value = ck.value.at[:, slots_L].set(k_BLKH)
-    cv.value = cv.value.at[:, slots_L].set(v_BLKH)
+    if L == 1:  # the decode loop's case: an in-place one-slot update
+      put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(
+          c, heads_first(x), layout.q_idx_BL[0, 0] % S, axis=2)
+    else:  # a few tokens may wrap around a window ring
+      put = lambda c, x: c.at[:, :, layout.q_idx_BL[0] % S].set(heads_first(x))
+    ck.value, cv.value = put(ck.value, k_BLKH), put(cv.value, v_BLKH)
     return ck.value, cv.value
