@@ -251,3 +251,15 @@ def test_a_decoder_on_packed_rows_gives_dense_logits(impl):
                                                           positions=q))(
         params, tokens, seg, positions_of(seg))
   np.testing.assert_allclose(logits[impl], logits["dense"], atol=1e-4)
+
+
+def test_the_readme_shows_auto_table_in_its_order():
+  """The README's auto table lists AUTO_TABLE's rows, in order (its last row joins two)."""
+  import itertools
+  import pathlib
+  readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+  table = readme[readme.index("| backend | compute dtype | implementation | for |"):]
+  lines = itertools.takewhile(lambda line: line.startswith("|"), table.splitlines()[2:])
+  rows = [line.split("|")[3].strip() for line in lines]
+  shown = [name.strip() for row in rows for name in row.split(",")]
+  assert shown == [name for _, _, name, _ in attention.AUTO_TABLE]
