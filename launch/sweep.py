@@ -29,7 +29,6 @@ import json
 import math
 import os
 import re
-import socket
 
 import ml_collections
 import numpy as np
@@ -38,6 +37,10 @@ from ml_collections import config_flags
 from ml_collections.config_flags import config_path, tuple_parser
 
 from experiments.scaling import shapes
+# What a sweep directory holds on disk; sweep.is_finished / read_sweep / write_results stay
+# callable here for the launchers.
+from launch.sweep_dir import (atomic_write, format_cell, is_finished, read_sweep,  # noqa: F401
+                              results_table, write_results)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -138,12 +141,6 @@ def _distribution(key: str, text: str):
 
 # --- run names ----------------------------------------------------------------------------------
 
-def _format(value) -> str:
-  if isinstance(value, float):
-    return f"{value:.4g}"
-  return str(value)
-
-
 def _short(x: float) -> str:
   return f"{x:.3g}".replace("e+0", "e").replace("e+", "e")  # 1e+13 -> 1e13
 
@@ -156,7 +153,7 @@ def run_name(values: dict) -> str:
   """
   leaves = [k.rsplit(".", 1)[-1] for k in values]
   keys = [leaf if leaves.count(leaf) == 1 else k for k, leaf in zip(values, leaves)]
-  name = ",".join(f"{k}={_format(v)}" for k, v in zip(keys, values.values()))
+  name = ",".join(f"{k}={format_cell(v)}" for k, v in zip(keys, values.values()))
   name = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)
   if len(name) > 120:
     name = name[:111] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
@@ -471,10 +468,6 @@ def plan(config, workdir: str, *, config_arg: str, python: str = "python",
   return runs
 
 
-def is_finished(run_dir: str) -> bool:
-  return os.path.exists(os.path.join(run_dir, "summary.json"))
-
-
 def write_sweep_json(workdir: str, config, runs: list[dict], command: list[str]) -> str:
   """DIR/sweep.json, the sweep's record. A DIR holding another sweep is refused (its started
   runs would be skipped as finished, or mixed into this one's table); a changed plan that
@@ -496,7 +489,7 @@ def write_sweep_json(workdir: str, config, runs: list[dict], command: list[str])
       while os.path.exists(os.path.join(workdir, f"sweep.{n}.json")):
         n += 1
       os.replace(path, os.path.join(workdir, f"sweep.{n}.json"))
-  _atomic_write(path, json.dumps(record, indent=2))
+  atomic_write(path, json.dumps(record, indent=2))
   return path
 
 
@@ -515,87 +508,6 @@ def check_same_sweep(workdir: str, earlier: list[dict], runs: list[dict]) -> Non
       what = "is not in this sweep" if name not in planned else "had another command"
       raise ValueError(f"{workdir} holds another sweep: its run {name!r} {what} (see "
                        f"sweep.json); use a new --workdir or the original command")
-
-
-def _atomic_write(path: str, text: str) -> None:
-  # Launchers on several hosts (or parallel array tasks) may write the same file; each writes
-  # its own temporary and renames it, so a reader never sees half a file.
-  tmp = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
-  with open(tmp, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)
-
-
-def read_sweep(workdir: str) -> list[dict]:
-  """Every run of DIR: those declared in sweep.json and any other DIR/*/summary.json.
-
-  Each row has `name`, `declared` (from sweep.json, or {}) and `summary` (or None if the run
-  has not finished).
-  """
-  declared = {}
-  path = os.path.join(workdir, "sweep.json")
-  if os.path.exists(path):
-    with open(path) as f:
-      declared = {r["name"]: r for r in json.load(f)["runs"]}
-  names = list(declared)
-  if os.path.isdir(workdir):
-    names += sorted(n for n in os.listdir(workdir)
-                    if n not in declared and is_finished(os.path.join(workdir, n)))
-  rows = []
-  for name in names:
-    summary = None
-    if is_finished(os.path.join(workdir, name)):
-      with open(os.path.join(workdir, name, "summary.json")) as f:
-        summary = json.load(f)
-    rows.append(dict(name=name, declared=declared.get(name, {}), summary=summary))
-  return rows
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flat(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
-
-
-def results_table(workdir: str) -> str:
-  """Markdown table of every run, finished ones sorted by final eval loss, then the rest."""
-  rows = read_sweep(workdir)
-  configs = [_flat(r["summary"].get("config", {})) if r["summary"] else
-             dict(r["declared"].get("overrides", {})) for r in rows]
-  keys = sorted({k for c in configs for k in c})
-  # An unfinished run only knows its overrides, so a key it lacks does not count as varying.
-  varying = [k for k in keys if len({json.dumps(c[k], sort_keys=True, default=str)
-                                     for c in configs if k in c}) > 1]
-  head = ["run", *varying, "eval loss", "params (non-emb)", "tokens", "FLOPs", "wall time"]
-  done = sorted((r for r in rows if r["summary"]), key=lambda r: _loss(r["summary"]))
-  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for r in done + [r for r in rows if not r["summary"]]:
-    s, config = r["summary"] or {}, configs[rows.index(r)]
-    cells = [r["name"], *(_format(config.get(k, "")) for k in varying)]
-    if s:
-      cells += [f"{_loss(s):.4f}", f"{s.get('params_non_embedding', 0):,}",
-                f"{s.get('tokens', 0):.3g}", f"{s.get('flops', 0):.3g}",
-                f"{s.get('wall_time_s', 0):.0f} s"]
-    else:
-      cells += ["not finished", "", "", "", ""]
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
-
-
-def _loss(summary: dict) -> float:
-  loss = summary.get("final_eval_loss")
-  return float(loss) if isinstance(loss, (int, float)) and math.isfinite(loss) else math.inf
-
-
-def write_results(workdir: str) -> str:
-  """(Re)write DIR/results.md from what is on disk now."""
-  path = os.path.join(workdir, "results.md")
-  _atomic_write(path, results_table(workdir))
-  return path
 
 
 def main(argv):

@@ -1,0 +1,101 @@
+"""A sweep directory on disk: which runs finished, every run's record, and DIR/results.md.
+
+launch/sweep.py declares runs and writes DIR/sweep.json through atomic_write; this module reads
+the directory back (sweep.json plus every DIR/*/summary.json) into the results table.
+"""
+
+import json
+import math
+import os
+import socket
+
+
+def format_cell(value) -> str:
+  if isinstance(value, float):
+    return f"{value:.4g}"
+  return str(value)
+
+
+def is_finished(run_dir: str) -> bool:
+  return os.path.exists(os.path.join(run_dir, "summary.json"))
+
+
+def atomic_write(path: str, text: str) -> None:
+  # Launchers on several hosts (or parallel array tasks) may write the same file; each writes
+  # its own temporary and renames it, so a reader never sees half a file.
+  tmp = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
+  with open(tmp, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
+def read_sweep(workdir: str) -> list[dict]:
+  """Every run of DIR: those declared in sweep.json and any other DIR/*/summary.json.
+
+  Each row has `name`, `declared` (from sweep.json, or {}) and `summary` (or None if the run
+  has not finished).
+  """
+  declared = {}
+  path = os.path.join(workdir, "sweep.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      declared = {r["name"]: r for r in json.load(f)["runs"]}
+  names = list(declared)
+  if os.path.isdir(workdir):
+    names += sorted(n for n in os.listdir(workdir)
+                    if n not in declared and is_finished(os.path.join(workdir, n)))
+  rows = []
+  for name in names:
+    summary = None
+    if is_finished(os.path.join(workdir, name)):
+      with open(os.path.join(workdir, name, "summary.json")) as f:
+        summary = json.load(f)
+    rows.append(dict(name=name, declared=declared.get(name, {}), summary=summary))
+  return rows
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def results_table(workdir: str) -> str:
+  """Markdown table of every run, finished ones sorted by final eval loss, then the rest."""
+  rows = read_sweep(workdir)
+  configs = [_flat(r["summary"].get("config", {})) if r["summary"] else
+             dict(r["declared"].get("overrides", {})) for r in rows]
+  keys = sorted({k for c in configs for k in c})
+  # An unfinished run only knows its overrides, so a key it lacks does not count as varying.
+  varying = [k for k in keys if len({json.dumps(c[k], sort_keys=True, default=str)
+                                     for c in configs if k in c}) > 1]
+  head = ["run", *varying, "eval loss", "params (non-emb)", "tokens", "FLOPs", "wall time"]
+  done = sorted((r for r in rows if r["summary"]), key=lambda r: _loss(r["summary"]))
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in done + [r for r in rows if not r["summary"]]:
+    s, config = r["summary"] or {}, configs[rows.index(r)]
+    cells = [r["name"], *(format_cell(config.get(k, "")) for k in varying)]
+    if s:
+      cells += [f"{_loss(s):.4f}", f"{s.get('params_non_embedding', 0):,}",
+                f"{s.get('tokens', 0):.3g}", f"{s.get('flops', 0):.3g}",
+                f"{s.get('wall_time_s', 0):.0f} s"]
+    else:
+      cells += ["not finished", "", "", "", ""]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def _loss(summary: dict) -> float:
+  loss = summary.get("final_eval_loss")
+  return float(loss) if isinstance(loss, (int, float)) and math.isfinite(loss) else math.inf
+
+
+def write_results(workdir: str) -> str:
+  """(Re)write DIR/results.md from what is on disk now."""
+  path = os.path.join(workdir, "results.md")
+  atomic_write(path, results_table(workdir))
+  return path
