@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from typing import Any
 
 import jax
@@ -129,16 +130,35 @@ def disk_full(error, where: str) -> DiskFull | None:
                   f"space and re-run the same command to resume")
 
 
+def _remove_tree(path: str, tries: int = 5) -> None:
+  """rmtree that retries while a straggling writer thread adds files behind it (each retry
+  after 50 ms; the caller already waited for the writers it can name)."""
+  for _ in range(tries):
+    shutil.rmtree(path, ignore_errors=True)
+    if not os.path.exists(path):
+      return
+    time.sleep(0.05)
+
+
 def _save_failed(error, manager) -> DiskFull | None:
   """A failed save as DiskFull, its partial temporary folder removed (it only takes space)."""
   if _is_disk_full(error) is None:
     return None
+  # An async save's error surfaces before orbax has waited for its checkpoint-metadata
+  # writer, which may still (re)write into the temporary folder: wait for it first, or the
+  # folder removed below comes back.
+  store = getattr(manager, "_non_blocking_metadata_store", None)
+  if store is not None:
+    try:
+      store.wait_until_finished()
+    except Exception:  # pylint: disable=broad-except
+      pass  # its own failure is the same full disk
   directory = str(manager.directory)
   partial = [n for n in os.listdir(directory) if ".orbax-checkpoint-tmp" in n] \
       if os.path.isdir(directory) else []
   if jax.process_index() == 0:
     for name in partial:
-      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+      _remove_tree(os.path.join(directory, name))
   steps = sorted(checkpoint_integrity.step_dirs(directory))
   failed = ", ".join(sorted({n.split(".")[0] for n in partial})) or "?"
   last = (f"the last complete checkpoint, step {steps[-1]}, is intact" if steps else
