@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 from helpers import tiny_run
@@ -86,6 +87,55 @@ def test_damage_is_named_and_set_aside(tmp_path, trained, kind):
   assert os.path.isdir(copy / "checkpoints_damaged" / str(step))  # kept, not deleted
   assert sorted(checkpoint_integrity.step_dirs(str(copy / "checkpoints"))) == (
       [2] if step == 4 else [2, 4])
+
+
+def _unrecorded(workdir, tmp_path):
+  """A copy of the run whose step 4 lost its record, as a kill between orbax's rename and
+  the record leaves it."""
+  copy = tmp_path / "run"
+  shutil.copytree(workdir, copy)
+  os.remove(copy / "checkpoints" / "4" / checkpoint_integrity.SUMS)
+  return copy
+
+
+def test_a_step_without_record_is_read_back_and_then_recorded(tmp_path, trained):
+  copy = _unrecorded(trained[0], tmp_path)
+  lines = []
+  assert checkpoint_integrity.set_aside_damaged(str(copy), lines.append) == [] and not lines
+  assert checkpoint_integrity.problem(str(copy / "checkpoints" / "4")) is None
+  assert os.path.exists(copy / "checkpoints" / "4" / checkpoint_integrity.SUMS)
+
+
+@pytest.mark.parametrize("kind", ["truncated", "deleted"])
+def test_a_damaged_step_without_record_is_named_and_set_aside(tmp_path, trained, kind):
+  """(Flipped bits inside orbax's zstd-compressed chunks mostly decode to finite numbers:
+  without a record they are not seen, as the module says.)"""
+  copy = _unrecorded(trained[0], tmp_path)
+  DAMAGE[kind][0](str(copy / "checkpoints" / "4"))
+  lines = []
+  assert checkpoint_integrity.set_aside_damaged(str(copy), lines.append) == [4]
+  assert re.match(rf"checkpoint step 4 in {copy}/checkpoints is damaged \(it does not read back: "
+                  r".+\); moved it to .*; resuming from "
+                  r"step 2$", lines[0]), lines[0]
+  assert len(lines) == 1 and os.path.isdir(copy / "checkpoints_damaged" / "4")
+
+
+def test_an_unrecorded_step_with_non_finite_numbers_is_damaged(tmp_path, data_dir):
+  config = tiny_run.tiny_config(data_dir)
+  manager = checkpoint.make_manager(str(tmp_path))
+  state = {"params": {"w": np.array([1.0, np.nan], np.float32)}, "step": np.int32(3)}
+  checkpoint.save(manager, 3, state, {}, config)
+  manager.wait_until_finished()  # not checkpoint.finish: it would record the sums
+  manager.close()
+  assert checkpoint_integrity.unreadable(str(tmp_path / "checkpoints" / "3")) == (
+      "params/ holds NaN or inf values")
+
+
+def test_a_multi_process_run_does_not_read_an_unrecorded_step_back(tmp_path, trained):
+  copy = _unrecorded(trained[0], tmp_path)
+  _truncate(str(copy / "checkpoints" / "4"))
+  assert checkpoint_integrity.set_aside_damaged(str(copy), single_process=False) == []
+  assert not os.path.exists(copy / "checkpoints" / "4" / checkpoint_integrity.SUMS)
 
 
 @pytest.mark.slow

@@ -86,6 +86,34 @@ def test_a_full_disk_stops_the_run_at_the_save_and_the_rerun_resumes(small_disk,
   assert json.load(open(run / "summary.json"))["step"] == 6
 
 
+@pytest.mark.parametrize("async_save", [True, False])
+def test_a_disk_that_fills_while_orbax_writes_is_one_line_too(small_disk, env, data_dir,
+                                                                async_save):
+  """The size check passes (the last step's bytes fit) but the write does not (the files'
+  blocks and metadata take more): orbax's writers fail mid-save. One stderr line, nothing of
+  the partial step left, and no traceback from the writes it abandoned."""
+  run = small_disk / "run"
+  flags = ["--config.train.checkpoint_every=2", f"--config.train.async_checkpoint={async_save}"]
+  assert _train(env, run, data_dir, 2, *flags).returncode == 0
+  step_2 = checkpoint_integrity.step_dirs(str(run / "checkpoints"))[2]
+  need = sum(os.path.getsize(os.path.join(parent, name))
+             for parent, _, names in os.walk(step_2) for name in names)
+  _fill(small_disk, need + 16 * 1024)
+
+  full = _train(env, run, data_dir, 6, *flags)
+  assert full.returncode != 0 and len(full.stderr.splitlines()) == 1, full.stderr[-3000:]
+  assert re.match(rf"error: no space left on the device of {run}/checkpoints saving the step-4 "
+                  r"checkpoint \(.* free\); the last complete checkpoint, step 2, is intact",
+                  full.stderr)
+  assert os.listdir(run / "checkpoints") == ["2"]
+  assert checkpoint_integrity.problem(step_2) is None
+
+  os.remove(small_disk / "filler")
+  resumed = _train(env, run, data_dir, 6, *flags)
+  assert resumed.returncode == 0 and not resumed.stderr, resumed.stderr[-3000:]
+  assert sorted(tiny_run.losses(str(run))) == [1, 2, 3, 4, 5, 6]
+
+
 # A moment of the start-up: a delay after the process started (imports, flags, config), or
 # the stdout line after which the signal is sent (after "decoder:": the corpus statistics;
 # after "loss floor": the first compile).

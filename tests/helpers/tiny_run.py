@@ -47,6 +47,14 @@ def tiny_config(data_dir: str, family: str = "lm", **overrides):
   return config
 
 
+def toy_state(value):
+  """A train-state-shaped pytree for checkpoint tests, every parameter equal to `value`."""
+  import jax  # deferred: the subprocess entry point below does not need it first
+  import jax.numpy as jnp
+  return {"params": {"w": jnp.full((2, 3), value)}, "opt_state": {"mu": jnp.zeros(3)},
+          "step": jnp.array(value, jnp.int32), "rng": jax.random.key_data(jax.random.key(7))}
+
+
 def set_key(config, dotted: str, value) -> None:
   *parents, leaf = dotted.split(".")
   for p in parents:

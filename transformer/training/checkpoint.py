@@ -9,15 +9,12 @@ Orbax writes each step into a temporary directory and renames it only once compl
 process killed mid-save leaves the previous checkpoint as the latest one; each complete step
 then gets a sha256 record, checked before a resume (checkpoint_integrity.py). A save that
 fails for lack of space (ENOSPC, synchronous or async) stops the run with one line that names
-the folder and the space left, the last complete checkpoint untouched (`DiskFull`).
+the folder and the space left, the last complete checkpoint untouched (disk_space.py).
 """
 
-import errno
 import json
 import logging
 import os
-import shutil
-import time
 from typing import Any
 
 import jax
@@ -29,7 +26,9 @@ from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
 from transformer import schema
-from transformer.training import checkpoint_integrity
+from transformer.training import checkpoint_integrity, disk_space
+
+DiskFull, disk_full, free_space = disk_space.DiskFull, disk_space.disk_full, disk_space.free_space
 
 
 class _NoMetricsWarningFilter(logging.Filter):
@@ -46,126 +45,6 @@ class _ReadOnlyNoiseFilter(logging.Filter):
   def filter(self, record):
     return not record.getMessage().startswith(("CheckpointManagerOptions.read_only=True",
                                                "Given directory is read only"))
-
-
-class _DiskFullNoiseFilter(logging.Filter):
-  """Orbax's writer threads log each ENOSPC with its traceback; `DiskFull` says it once."""
-
-  def filter(self, record):
-    error = record.exc_info[1] if record.exc_info else None
-    return _is_disk_full(record.getMessage()) is None and _is_disk_full(error) is None
-
-
-class DiskFull(ValueError):
-  """A save, or another write of the run, failed for lack of space: one line for the user."""
-
-
-def _is_disk_full(error):
-  """The ENOSPC/EDQUOT OSError anywhere in the chain, or the error with tensorstore's text
-  for it; None if there is none."""
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-      return error
-    text = str(error)
-    if "No space left on device" in text or "os_error_code='28'" in text:
-      return error
-    if isinstance(error, str):
-      return None
-    error = error.__cause__ or error.__context__
-  return None
-
-
-def _free_bytes(path: str) -> int | None:
-  while path and not os.path.exists(path):
-    path = os.path.dirname(path)
-  try:
-    return shutil.disk_usage(path or ".").free
-  except OSError:
-    return None
-
-
-def _size(n: float) -> str:
-  for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-    if n < 1024 or unit == "TiB":
-      return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-    n /= 1024
-
-
-def free_space(path: str) -> str:
-  """'12.3 MiB free' on the file system that holds `path` (or its nearest existing parent)."""
-  free = _free_bytes(path)
-  return "free space unknown" if free is None else f"{_size(free)} free"
-
-
-def _check_space(manager, step: int, state: dict) -> None:
-  """Refuse a save that cannot fit before writing a byte of it: an ENOSPC inside orbax's
-  writer threads stops the run too, but amid their noise. The need is the last step's size on
-  disk (orbax compresses), or the state's bytes for a first save."""
-  directory = str(manager.directory)
-  steps = checkpoint_integrity.step_dirs(directory)
-  if steps:
-    last = steps[max(steps)]
-    need = sum(os.path.getsize(os.path.join(parent, name))
-               for parent, _, names in os.walk(last) for name in names)
-  else:
-    need = sum(x.nbytes for x in jax.tree.leaves(state) if hasattr(x, "nbytes"))
-  free = _free_bytes(directory)
-  if free is not None and free < need:
-    last = (f"the last complete checkpoint, step {max(steps)}, is intact" if steps else
-            "no checkpoint was completed yet")
-    raise DiskFull(f"no space left on the device of {directory} for the step-{step} "
-                   f"checkpoint (about {_size(need)} needed, {_size(free)} free); {last}: free "
-                   f"some space and re-run the same command to resume")
-
-
-def disk_full(error, where: str) -> DiskFull | None:
-  """The one-line DiskFull for `error` if it is one (None otherwise); `where`: what was written."""
-  found = _is_disk_full(error)
-  if found is None:
-    return None
-  path = getattr(found, "filename", None) or where
-  return DiskFull(f"no space left on the device of {path} ({free_space(path)}): free some "
-                  f"space and re-run the same command to resume")
-
-
-def _remove_tree(path: str, tries: int = 5) -> None:
-  """rmtree that retries while a straggling writer thread adds files behind it (each retry
-  after 50 ms; the caller already waited for the writers it can name)."""
-  for _ in range(tries):
-    shutil.rmtree(path, ignore_errors=True)
-    if not os.path.exists(path):
-      return
-    time.sleep(0.05)
-
-
-def _save_failed(error, manager) -> DiskFull | None:
-  """A failed save as DiskFull, its partial temporary folder removed (it only takes space)."""
-  if _is_disk_full(error) is None:
-    return None
-  # An async save's error surfaces before orbax has waited for its checkpoint-metadata
-  # writer, which may still (re)write into the temporary folder: wait for it first, or the
-  # folder removed below comes back.
-  store = getattr(manager, "_non_blocking_metadata_store", None)
-  if store is not None:
-    try:
-      store.wait_until_finished()
-    except Exception:  # pylint: disable=broad-except
-      pass  # its own failure is the same full disk
-  directory = str(manager.directory)
-  partial = [n for n in os.listdir(directory) if ".orbax-checkpoint-tmp" in n] \
-      if os.path.isdir(directory) else []
-  if jax.process_index() == 0:
-    for name in partial:
-      _remove_tree(os.path.join(directory, name))
-  steps = sorted(checkpoint_integrity.step_dirs(directory))
-  failed = ", ".join(sorted({n.split(".")[0] for n in partial})) or "?"
-  last = (f"the last complete checkpoint, step {steps[-1]}, is intact" if steps else
-          "no checkpoint was completed yet")
-  return DiskFull(f"no space left on the device of {directory} saving the step-{failed} "
-                  f"checkpoint ({free_space(directory)}); {last}: free some space and re-run "
-                  f"the same command to resume")
 
 
 def _filter_once(logger, cls) -> None:
@@ -187,7 +66,8 @@ def make_manager(workdir: str, keep: int = 3, keep_best: int = 1,
   """Keeps the last `keep` checkpoints plus the `keep_best` lowest eval losses."""
   logger = absl_logging.get_absl_logger()
   _filter_once(logger, _NoMetricsWarningFilter)
-  _filter_once(logger, _DiskFullNoiseFilter)
+  _filter_once(logger, disk_space.DiskFullNoiseFilter)
+  disk_space.drop_abandoned_write_noise()
   # The latest save is always kept, whatever `keep` says: it is the one a stopped run
   # resumes from (keep=0 with keep_best=1 would otherwise delete a stop's checkpoint).
   policies = [checkpoint_managers.LatestN(n=max(keep, 1))]
@@ -210,7 +90,7 @@ def save(manager, step: int, state: dict, data_state: dict, config, eval_loss=No
   """Start an (async) save of the train state, data positions and config at `step`, once the
   previous save is complete and recorded (`finish`; orbax's save would wait for it anyway)."""
   finish(manager)
-  _check_space(manager, step, state)
+  disk_space.check_space(manager, step, state)
   metrics = None if eval_loss is None else {"eval_loss": float(eval_loss)}
   args = ocp.args.Composite(
       params=ocp.args.StandardSave(state["params"]),
@@ -221,7 +101,7 @@ def save(manager, step: int, state: dict, data_state: dict, config, eval_loss=No
   try:
     saved = manager.save(step, args=args, metrics=metrics, force=force)
   except Exception as e:  # pylint: disable=broad-except
-    raise _save_failed(e, manager) or e
+    raise disk_space.save_failed(e, manager) or e
   _in_flight.add(id(manager))
   return saved
 
@@ -236,7 +116,7 @@ def finish(manager) -> None:
   try:
     manager.wait_until_finished()
   except Exception as e:  # pylint: disable=broad-except
-    raise _save_failed(e, manager) or e
+    raise disk_space.save_failed(e, manager) or e
   if jax.process_index() == 0:
     steps = checkpoint_integrity.step_dirs(str(manager.directory))
     for step in manager.all_steps():
@@ -266,7 +146,8 @@ def set_aside_damaged(workdir: str, log=print) -> list[int]:
   """checkpoint_integrity.set_aside_damaged on process 0, the others waiting for it."""
   damaged = []
   if jax.process_index() == 0:
-    damaged = checkpoint_integrity.set_aside_damaged(workdir, log)
+    damaged = checkpoint_integrity.set_aside_damaged(
+        workdir, log, single_process=jax.process_count() == 1)
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices("checkpoint_integrity")
   return damaged

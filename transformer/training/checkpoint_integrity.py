@@ -7,8 +7,12 @@ orbax then fails deep in tensorstore (or, for flipped bytes, may load them: a Na
 names the damaged step as the last good one). So process 0 writes STEP/sha256sums.json, as
 `sha256sum` would, once a step is complete (inside the step folder, so orbax's retention
 deletes it with its step), and resuming checks the newest step against it. A step with no
-record (saved by an older version, or killed between its save and its record) is checked for
-its items only. Damaged steps go to WORKDIR/checkpoints_damaged/, where orbax does not look.
+record (saved by an older version, or killed between orbax's rename and the record) is read
+back whole before a single-process run resumes from it (a missing or truncated file fails the
+read; a NaN or inf in it, as flipped exponent bits give, fails the check), then recorded;
+flipped bits that leave finite numbers cannot be told from the saved ones. A multi-process
+run checks such a step for its items only. Damaged steps go to WORKDIR/checkpoints_damaged/,
+where orbax does not look.
 """
 
 import hashlib
@@ -83,14 +87,52 @@ def problem(step_dir: str) -> str | None:
   return None
 
 
-def set_aside_damaged(workdir: str, log=print) -> list[int]:
+def unreadable(step_dir: str) -> str | None:
+  """Read a step with no record back whole, as saved (NumPy, no device); what fails, or None.
+  Single-process only: orbax's restore synchronizes the processes that call it."""
+  # Deferred: this module's other checks need none of these.
+  import jax
+  import numpy as np
+  import orbax.checkpoint as ocp
+  from absl import logging as absl_logging
+  verbosity = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.ERROR)  # "Metadata file does not exist" per item
+  try:
+    for item in ("data", "meta"):
+      with open(os.path.join(step_dir, item, "metadata")) as f:
+        json.load(f)
+    with ocp.PyTreeCheckpointer() as checkpointer:
+      for item in ("params", "train_state"):
+        path = os.path.join(step_dir, item)
+        tree = checkpointer.metadata(path).item_metadata.tree
+        as_numpy = ocp.args.PyTreeRestore(restore_args=jax.tree.map(
+            lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree))
+        for leaf in jax.tree.leaves(checkpointer.restore(path, args=as_numpy)):
+          leaf = np.asarray(leaf)
+          if np.issubdtype(leaf.dtype, np.floating) and not np.isfinite(leaf).all():
+            return f"{item}/ holds NaN or inf values"
+  except Exception as e:  # pylint: disable=broad-except
+    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    return f"it does not read back: {first}"
+  finally:
+    absl_logging.set_verbosity(verbosity)
+  return None
+
+
+def set_aside_damaged(workdir: str, log=print, single_process: bool = True) -> list[int]:
   """Move the damaged steps newer than the newest intact one to WORKDIR/checkpoints_damaged/,
-  one line each; returns their steps. Only the newest steps are read: a resume reads no other."""
+  one line each; returns their steps. Only the newest steps are read: a resume reads no other.
+  `single_process`: whether a step with no record may be read back (see `unreadable`)."""
   directory = os.path.join(workdir, "checkpoints")
   steps = step_dirs(directory)
   damaged, intact = [], None
   for step in sorted(steps, reverse=True):
     what = problem(steps[step])
+    unrecorded = not os.path.exists(os.path.join(steps[step], SUMS))
+    if what is None and unrecorded and single_process:
+      what = unreadable(steps[step])
+      if what is None:
+        record(steps[step])  # from here on, later damage to it is seen
     if what is None:
       intact = step
       break

@@ -1,0 +1,66 @@
+"""A full disk during a save (issue 23): refused before writing when it cannot fit, one line
+when orbax's writers fail, the last complete checkpoint intact. End to end on a real tmpfs:
+faults_test.py."""
+
+import errno
+import os
+
+import pytest
+
+from helpers import tiny_run
+from transformer.training import checkpoint, checkpoint_integrity, disk_space
+
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_a_save_that_cannot_fit_is_refused_in_one_line_before_writing(tmp_path, monkeypatch,
+                                                                      async_save):
+  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
+  manager = checkpoint.make_manager(str(tmp_path), async_save=async_save)
+  checkpoint.save(manager, 1, tiny_run.toy_state(1), {}, config)
+  checkpoint.finish(manager)
+  monkeypatch.setattr(disk_space, "_free_bytes", lambda path: 100)
+  with pytest.raises(disk_space.DiskFull, match=(
+      rf"^no space left on the device of {tmp_path}/checkpoints for the step-2 checkpoint "
+      r"\(about \d+\.\d KiB needed, 100 bytes free\); the last complete checkpoint, step 1, "
+      r"is intact: free some space and re-run the same command to resume$")):
+    checkpoint.save(manager, 2, tiny_run.toy_state(2), {}, config)
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1"]
+  manager.close()
+
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_enospc_inside_a_save_is_one_line_and_leaves_the_last_checkpoint(tmp_path, monkeypatch,
+                                                                        async_save):
+  """The disk filling up while orbax writes (its writer threads, when async)."""
+  from orbax.checkpoint._src.path import atomicity
+  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
+  manager = checkpoint.make_manager(str(tmp_path), async_save=async_save)
+  checkpoint.save(manager, 1, tiny_run.toy_state(1), {}, config)
+  checkpoint.finish(manager)
+
+  async def full(self):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.get()))
+  monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", full)
+  with pytest.raises(disk_space.DiskFull, match=(
+      rf"^no space left on the device of {tmp_path}/checkpoints saving the step-2 checkpoint "
+      r"\(.* free\); the last complete checkpoint, step 1, is intact: free some space")):
+    checkpoint.save(manager, 2, tiny_run.toy_state(2), {}, config)
+    checkpoint.finish(manager)  # an async save fails in the background
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1"]  # the partial step removed
+  assert checkpoint_integrity.problem(str(tmp_path / "checkpoints" / "1")) is None
+  checkpoint.close(manager, failing=True)
+
+
+def test_disk_full_is_recognized_through_orbax_and_tensorstore_errors():
+  tensorstore = ValueError("RESOURCE_EXHAUSTED: Error writing local file \"x\": No space left "
+                           "on device [os_error_code='28']")
+  assert disk_space.disk_full(tensorstore, "/w") is not None
+  try:
+    try:
+      raise OSError(errno.ENOSPC, "No space left on device", "/w/metrics.jsonl")
+    except OSError as e:
+      raise RuntimeError("wrapped") from e
+  except RuntimeError as e:
+    line = str(disk_space.disk_full(e, "/w"))
+  assert line.startswith("no space left on the device of /w/metrics.jsonl (")
+  assert disk_space.disk_full(ValueError("shape mismatch"), "/w") is None
