@@ -92,3 +92,42 @@ def test_sigterm_to_one_process_stops_both_at_the_same_logging_step(tmp_path, tm
   assert "stopped by SIGTERM at step 4" in "".join(outs[0])
   assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["4"]
   assert sorted(map(int, results[0]["losses"])) == [2, 4]  # the logged steps
+
+
+def _two(workdir, data_dir, env, sets):
+  """Run tiny_run.py as two processes of one job; their (stdout, stderr), process 0 first."""
+  address = f"localhost:{_free_port()}"
+  procs = []
+  for i in range(2):
+    cmd = [sys.executable, os.path.join(HERE, "helpers", "tiny_run.py"), "--workdir",
+           str(workdir), "--data_dir", data_dir, "--coordinator_address", address,
+           "--num_processes", "2", "--process_id", str(i)]
+    for s in sets:
+      cmd += ["--set", s]
+    procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env, cwd=os.path.dirname(HERE)))
+  outs = [p.communicate(timeout=600) for p in procs]
+  for p, (_, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  return outs
+
+
+def test_a_damaged_checkpoint_is_set_aside_once_and_both_processes_resume_before_it(
+    tmp_path, tmp_path_factory):
+  env = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
+  data_dir, run = str(tmp_path / "tfds"), tmp_path / "run"
+  _two(run, data_dir, env, ["train.steps=4", "train.checkpoint_every=2", "train.data_shards=2"])
+  params = run / "checkpoints" / "4" / "params"
+  files = [os.path.join(p, n) for p, _, names in os.walk(params) for n in names]
+  with open(max(files, key=os.path.getsize), "r+b") as f:
+    f.truncate(100)
+
+  outs = _two(run, data_dir, env, ["train.steps=6", "train.checkpoint_every=2",
+                                   "train.data_shards=2"])
+  printed = outs[0][0] + outs[1][0]
+  assert printed.count("checkpoint step 4 in") == 1 and "is damaged (params/" in printed
+  assert "resumed from step 2" in outs[0][0]
+  assert os.listdir(run / "checkpoints_damaged") == ["4"]
+  results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+  assert [r["summary"]["step"] for r in results] == [6, 6]
+  assert sorted(tiny_run.losses(str(run))) == [1, 2, 3, 4, 5, 6]  # none twice, none lost
