@@ -19,7 +19,9 @@ to run it, in order):
                    the sizes of a 10^0.2 ladder within +-0.5 decade of the predicted optimum,
                    batch per budget so every run has >= 500 steps, lr from lr_law.json,
                    warmup = N tokens (<= 10% of the run), AdamW beta2 0.99, eval on >= 100k
-                   tokens, 3 seeds at the 3 sizes nearest each predicted optimum
+                   tokens, 3 seeds at the 3 sizes nearest each predicted optimum; a second
+                   stage reaches 0.9 decade below it and seeds the sizes nearest the
+                   measured minima (D/N ~ 100) too
   ablation         the same models and budgets, one seed, with the original settings: lr 3e-3,
                    warmup 50 steps (<= 10%), beta2 0.95, budgets in non-embedding FLOPs
   ablation_flops   ... with budgets in total-parameter FLOPs (Porian's first correction)
@@ -98,8 +100,14 @@ def _lr_sweep(config):
 def _corrected(config):
   _shape_rule(config.sweep)
   _corrected_settings(config)
+  # Two stages. The first took the sizes within +-0.5 decade of a 20-tokens-per-parameter
+  # prior, seeds at the 3 nearest it. Its minima lay at ~100 tokens per parameter, at or near
+  # the smallest size of three budgets, so the second reaches 0.9 decade below the prior
+  # (two sizes left of each measured minimum where the shape rule has them) and seeds the 3
+  # sizes nearest D/N = 100 as well. Every first-stage run stays in the sweep unchanged.
   config.sweep.update(sizes=LADDER, budgets=BUDGETS, batch_sizes=BATCHES, window=0.5,
-                      tokens_per_param_prior=20.0, seeds=3, seed_sizes=3, lr_law=LR_LAW)
+                      window_below=0.9, tokens_per_param_prior=20.0, seeds=3, seed_sizes=3,
+                      seed_tokens_per_param=100.0, lr_law=LR_LAW)
 
 
 def _ablation(config, flops="non_embedding", warmup=False):

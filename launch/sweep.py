@@ -69,10 +69,14 @@ def default_config() -> ml_collections.ConfigDict:
       batch_sizes="",  # one batch size (sequences) per budget, same order; "": train.batch_size
       batch_by="budget",  # batch_sizes are per budget, or per size (same order as sizes)
       window=0.0,  # > 0: per budget only sizes within +-window decades of the predicted optimum
+      window_below=0.0,  # > 0: ... but this many decades below it (a second stage that
+                         # brackets minima measured left of the prediction); 0: window
       max_sizes=0,  # > 0: at most this many sizes per budget, the nearest the predicted optimum
       tokens_per_param_prior=20.0,  # predicted optimum: D/N = this, so N = sqrt(C / (6 r))
       seeds=1,  # train.seed = 0 .. seeds-1 ...
       seed_sizes=0,  # ... at the seed_sizes sizes nearest each budget's predicted optimum (0: all)
+      seed_tokens_per_param=0.0,  # > 0: and at the seed_sizes nearest sqrt(C / (6 r)) for
+                                  # r = this (the measured D/N at the minima, second stage)
       lrs="",  # a learning-rate axis: every (size, budget) at each of these opt.lr
       tokens_per_param=0.0,  # > 0: D = this x N (the lr sweep's ~20), instead of budgets/tokens
       lr_law="",  # "COEF,EXPONENT" or a json {coef, exponent}: opt.lr = COEF * N^EXPONENT
@@ -207,6 +211,12 @@ def _predicted_optimum(budget: float, ratio: float) -> float:
   return math.sqrt(budget / (6 * ratio))  # C = 6 N D, D = ratio N
 
 
+def _nearest(sizes: list[float], centre: float, count: int) -> set[float]:
+  """The `count` sizes nearest `centre` in log scale (all of them for count 0 or no centre)."""
+  ranked = sorted(sizes, key=lambda n: abs(math.log(n / centre)) if centre else 0)
+  return set(ranked[:count] if count else ranked)
+
+
 def _scaling(config, sweep) -> list[dict]:
   if sweep.axes:
     raise ValueError("sweep.axes is for grid/random sweeps; a scaling sweep takes sizes and "
@@ -265,14 +275,18 @@ def _scaling(config, sweep) -> list[dict]:
     chosen = list(sizes)
     if isoflop and get("window", 0):
       centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0))
-      chosen = [n for n in chosen if abs(math.log10(n / centre)) <= get("window", 0) + 1e-9]
+      below = get("window_below", 0) or get("window", 0)
+      chosen = [n for n in chosen
+                if -below - 1e-9 <= math.log10(n / centre) <= get("window", 0) + 1e-9]
     if isoflop and get("max_sizes", 0):
       centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0))
       keep = sorted(chosen, key=lambda n: abs(math.log(n / centre)))[:get("max_sizes", 0)]
       chosen = [n for n in chosen if n in keep]
     centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0)) if isoflop else 0
-    seeded = sorted(chosen, key=lambda n: abs(math.log(n / centre)) if centre else 0)
-    seeded = set(seeded[:get("seed_sizes", 0)] if get("seed_sizes", 0) else seeded)
+    seeded = _nearest(chosen, centre, get("seed_sizes", 0))
+    if isoflop and get("seed_tokens_per_param", 0):
+      seeded |= _nearest(chosen, _predicted_optimum(target, get("seed_tokens_per_param", 0)),
+                         get("seed_sizes", 0))
     budget_runs = []
     for size in chosen:
       shape, counts, per_token = models[size]
