@@ -8,6 +8,7 @@ which only the project's `prepare` extra installs).
 
 import functools
 import importlib
+import logging as std_logging
 import os
 
 from absl import logging
@@ -18,6 +19,17 @@ from tensorflow_datasets.core import read_only_builder
 
 from transformer.data import builders
 from transformer.data import record_reader
+
+class _CustomConfigNoise(std_logging.Filter):
+  """tfds warns whenever a builder gets a config that is not one of its BUILDER_CONFIGS; the
+  built-in builders always do (sizes and lengths come from the run's config)."""
+
+  def filter(self, record):
+    return not record.getMessage().startswith("Using custom data configuration")
+
+
+if not any(isinstance(f, _CustomConfigNoise) for f in logging.get_absl_logger().filters):
+  logging.get_absl_logger().addFilter(_CustomConfigNoise())
 
 # Fields are (inputs, targets) for seq2seq records; a text record has just ('text',).
 SEQ2SEQ_FIELDS = ("inputs", "targets")
