@@ -11,13 +11,19 @@ from helpers import tiny_run
 from transformer.training import checkpoint, checkpoint_integrity, disk_space
 
 
-@pytest.mark.parametrize("async_save", [True, False])
-def test_a_save_that_cannot_fit_is_refused_in_one_line_before_writing(tmp_path, monkeypatch,
-                                                                      async_save):
+@pytest.fixture(params=[True, False], ids=["async", "sync"])
+def saved_once(request, tmp_path):
+  """(config, manager) with a complete step-1 checkpoint, async or synchronous saves."""
   config = tiny_run.tiny_config(str(tmp_path / "tfds"))
-  manager = checkpoint.make_manager(str(tmp_path), async_save=async_save)
+  manager = checkpoint.make_manager(str(tmp_path), async_save=request.param)
   checkpoint.save(manager, 1, tiny_run.toy_state(1), {}, config)
   checkpoint.finish(manager)
+  return config, manager
+
+
+def test_a_save_that_cannot_fit_is_refused_in_one_line_before_writing(tmp_path, monkeypatch,
+                                                                      saved_once):
+  config, manager = saved_once
   monkeypatch.setattr(disk_space, "_free_bytes", lambda path: 100)
   with pytest.raises(disk_space.DiskFull, match=(
       rf"^no space left on the device of {tmp_path}/checkpoints for the step-2 checkpoint "
@@ -28,15 +34,11 @@ def test_a_save_that_cannot_fit_is_refused_in_one_line_before_writing(tmp_path, 
   manager.close()
 
 
-@pytest.mark.parametrize("async_save", [True, False])
 def test_enospc_inside_a_save_is_one_line_and_leaves_the_last_checkpoint(tmp_path, monkeypatch,
-                                                                        async_save):
+                                                                        saved_once):
   """The disk filling up while orbax writes (its writer threads, when async)."""
   from orbax.checkpoint._src.path import atomicity
-  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
-  manager = checkpoint.make_manager(str(tmp_path), async_save=async_save)
-  checkpoint.save(manager, 1, tiny_run.toy_state(1), {}, config)
-  checkpoint.finish(manager)
+  config, manager = saved_once
 
   async def full(self):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.get()))

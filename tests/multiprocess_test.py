@@ -73,20 +73,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_logging_step(tmp_path, tm
   data_dir = str(tmp_path / "tfds")
   sets = ["train.steps=8", "train.log_every=2", "train.checkpoint_every=1000",
           "train.data_shards=2"]
-  address = f"localhost:{_free_port()}"
-  procs = []
-  for i in range(2):
-    cmd = [sys.executable, os.path.join(HERE, "helpers", "tiny_run.py"), "--workdir",
-           str(tmp_path / "run"), "--data_dir", data_dir, "--coordinator_address", address,
-           "--num_processes", "2", "--process_id", str(i)]
-    cmd += ["--signal_at_step", "3:SIGTERM"] if i == 0 else []
-    for s in sets:
-      cmd += ["--set", s]
-    procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env=env, cwd=os.path.dirname(HERE)))
-  outs = [p.communicate(timeout=600) for p in procs]
-  for p, (_, err) in zip(procs, outs):
-    assert p.returncode == 0, err[-3000:]
+  outs = _two(tmp_path / "run", data_dir, env, sets, first=["--signal_at_step", "3:SIGTERM"])
   results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
   assert [r["summary"] for r in results] == [{"step": 4, "stopped": True}] * 2
   assert "stopped by SIGTERM at step 4" in "".join(outs[0])
@@ -94,14 +81,15 @@ def test_sigterm_to_one_process_stops_both_at_the_same_logging_step(tmp_path, tm
   assert sorted(map(int, results[0]["losses"])) == [2, 4]  # the logged steps
 
 
-def _two(workdir, data_dir, env, sets):
-  """Run tiny_run.py as two processes of one job; their (stdout, stderr), process 0 first."""
+def _two(workdir, data_dir, env, sets, first=()):
+  """Run tiny_run.py as two processes of one job (`first`: process 0's extra flags); their
+  (stdout, stderr), process 0 first, once both exited 0."""
   address = f"localhost:{_free_port()}"
   procs = []
   for i in range(2):
     cmd = [sys.executable, os.path.join(HERE, "helpers", "tiny_run.py"), "--workdir",
            str(workdir), "--data_dir", data_dir, "--coordinator_address", address,
-           "--num_processes", "2", "--process_id", str(i)]
+           "--num_processes", "2", "--process_id", str(i), *(first if i == 0 else ())]
     for s in sets:
       cmd += ["--set", s]
     procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
