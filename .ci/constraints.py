@@ -1,9 +1,10 @@
-"""Writes constraints.txt: the exact versions, in this environment, of every package the project
+"""Writes a constraints file: the exact versions, in this environment, of every package the project
 and the extras CI installs depend on (their whole dependency closure; nothing else in the
 environment, and not the project itself). CI installs with `-c constraints.txt`, so it tests
 this one set while pyproject.toml keeps ranges.
 
-    python .ci/constraints.py > constraints.txt   # after upgrading and testing the venv
+    python .ci/constraints.py > constraints.txt         # a Python 3.11 venv, once tested
+    python .ci/constraints.py > constraints-py312.txt   # a Python 3.12 venv, once tested
 """
 
 import importlib.metadata as md
