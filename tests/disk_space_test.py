@@ -66,3 +66,16 @@ def test_disk_full_is_recognized_through_orbax_and_tensorstore_errors():
     line = str(disk_space.disk_full(e, "/w"))
   assert line.startswith("no space left on the device of /w/metrics.jsonl (")
   assert disk_space.disk_full(ValueError("shape mismatch"), "/w") is None
+
+
+def test_asyncio_s_report_of_a_failed_write_is_dropped_and_others_are_kept(tmp_path, caplog):
+  """At exit asyncio logs a failed write's never-retrieved future, with the ENOSPC inside."""
+  import logging
+  checkpoint.make_manager(str(tmp_path)).close()
+  full = ValueError("RESOURCE_EXHAUSTED: Failed writing: No space left on device "
+                    "[os_error_code='28']")
+  with caplog.at_level(logging.ERROR):
+    logging.getLogger("asyncio").error("Future exception was never retrieved",
+                                       exc_info=(ValueError, full, None))
+    logging.getLogger("asyncio").error("Task was destroyed but it is pending!")
+  assert [r.getMessage() for r in caplog.records] == ["Task was destroyed but it is pending!"]

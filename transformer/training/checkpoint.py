@@ -67,6 +67,8 @@ def make_manager(workdir: str, keep: int = 3, keep_best: int = 1,
   logger = absl_logging.get_absl_logger()
   _filter_once(logger, _NoMetricsWarningFilter)
   _filter_once(logger, disk_space.DiskFullNoiseFilter)
+  # asyncio logs a failed write's never-retrieved future when it is collected (at exit).
+  _filter_once(logging.getLogger("asyncio"), disk_space.DiskFullNoiseFilter)
   disk_space.drop_abandoned_write_noise()
   # The latest save is always kept, whatever `keep` says: it is the one a stopped run
   # resumes from (keep=0 with keep_best=1 would otherwise delete a stop's checkpoint).
