@@ -233,10 +233,17 @@ class Sampling:
 
 def sample(logits_BV, rng, temperature, top_k, top_p):
   """One token per row. All three settings may be traced: filters act through thresholds on
-  the sorted logits, so one compiled program serves every setting."""
-  V = logits_BV.shape[-1]
+  the sorted logits, so one compiled program serves every setting. Greedy decoding (temperature
+  0) takes a lax.cond branch that is only the argmax: the sort, the cumulative sum and the
+  random draw would otherwise run every step for nothing."""
   logits_BV = logits_BV.astype(jnp.float32)
-  greedy_B = jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
+  greedy = lambda: jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
+  return jax.lax.cond(temperature > 0, lambda: _draw(logits_BV, rng, temperature, top_k, top_p),
+                      greedy)
+
+
+def _draw(logits_BV, rng, temperature, top_k, top_p):
+  V = logits_BV.shape[-1]
   scaled = logits_BV / jnp.maximum(temperature, 1e-6)
   sorted_BV = -jnp.sort(-scaled, axis=-1)  # descending
   # top-k: drop everything below the k-th largest logit.
@@ -250,8 +257,7 @@ def sample(logits_BV, rng, temperature, top_k, top_p):
   n_keep_B1 = jnp.sum(before_BV < top_p, axis=-1, keepdims=True)
   pth_B1 = jnp.take_along_axis(sorted_BV, n_keep_B1 - 1, axis=-1)
   keep = keep_k & (scaled >= pth_B1)
-  sampled_B = jax.random.categorical(rng, jnp.where(keep, scaled, -jnp.inf)).astype(jnp.int32)
-  return jnp.where(temperature > 0, sampled_B, greedy_B)
+  return jax.random.categorical(rng, jnp.where(keep, scaled, -jnp.inf)).astype(jnp.int32)
 
 
 # ---------------------------------------------------------------------------------------------
