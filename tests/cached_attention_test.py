@@ -2,9 +2,10 @@
 dense attention over the whole cache, at every fill level, and never reads past the prefix.
 
 The reference is `dense` (reference.py) on the same cache in [B, S, K, H] with the layout
-decode.step_layout gives the step; `cached` sees the cache heads first, [B, K, S, H], with
-every slot past the prefix it chose set to NaN (one read would poison the output). Small
-blocks (4 slots: prefixes 4, 8, 12, 13) over 13- and 5-slot caches exercise every prefix.
+decode.step_layout gives the step; `cached` sees the cache heads first and in blocks
+(to_blocks), with every slot past the prefix it chose set to NaN (one read would poison the
+output). Small blocks (4 slots: prefixes 4, 8, 12, 13) over 13- and 5-slot caches exercise
+every prefix; write_slot is checked against a scatter into the whole cache.
 """
 
 import functools
@@ -15,7 +16,8 @@ import numpy as np
 import pytest
 
 from transformer.inference import decode
-from transformer.model.attention.cached import cached, prefix_lengths
+from transformer.model.attention.cached import (block_sizes, cached, from_blocks, prefix_lengths,
+                                                to_blocks, write_slot)
 from transformer.model.attention.layout import Layout
 from transformer.model.attention.reference import dense
 from transformer.model.positions import AttentionTerms, alibi_slopes
@@ -45,7 +47,8 @@ def queries_layout(index, L, slots, window):
 @functools.partial(jax.jit, static_argnames=("block",))
 def both(q, k_BSKH, v_BSKH, poisoned_BKSH, v_poisoned_BKSH, layout: Layout, terms, *, block):
   want = dense(q, k_BSKH, v_BSKH, layout, terms, scale=0.3, cfg=None)
-  got = cached(q, poisoned_BKSH, v_poisoned_BKSH, layout, terms, scale=0.3, block=block)
+  got = cached(q, to_blocks(poisoned_BKSH, block), to_blocks(v_poisoned_BKSH, block), layout,
+               terms, scale=0.3)
   return want, got
 
 
@@ -82,8 +85,9 @@ def test_a_row_that_sees_nothing_gives_zeros_like_the_reference():
   q = rng.normal(size=(B, 1, N, H)).astype(np.float32)
   layout = decode.step_layout(jnp.int32(1), jnp.asarray(START_B), 8, 0)
   layout = layout.replace(q_seg_BL=jnp.asarray([[1], [0]], jnp.int32))
-  got = jax.jit(functools.partial(cached, scale=0.3, block=4))(
-      q, np.swapaxes(k, 1, 2), np.swapaxes(k, 1, 2), layout, AttentionTerms())
+  blocks = to_blocks(jnp.swapaxes(k, 1, 2), 4)
+  got = jax.jit(functools.partial(cached, scale=0.3))(q, blocks, blocks, layout,
+                                                      AttentionTerms())
   want = dense(q, k, k, layout, AttentionTerms(), scale=0.3, cfg=None)
   np.testing.assert_array_equal(np.asarray(got)[1], 0.0)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-6)
@@ -102,9 +106,29 @@ def test_one_compiled_step_serves_every_fill_level():
   def step(q, k, v, index):
     traces.append(1)
     layout = decode.step_layout(index, jnp.asarray(START_B), 16, 0)
-    return cached(q, k, v, layout, AttentionTerms(), scale=0.3, block=4)
+    return cached(q, k, v, layout, AttentionTerms(), scale=0.3)
 
-  q, kv = jnp.ones((B, 1, N, H)), jnp.ones((B, 2, 16, H))
+  q, kv = jnp.ones((B, 1, N, H)), to_blocks(jnp.ones((B, 2, 16, H)), 4)
   for index in (3, 7, 15):
     step(q, kv, kv, jnp.int32(index))
   assert len(traces) == 1
+
+
+def test_blocks_end_at_the_prefix_lengths_and_round_trip():
+  assert block_sizes(13, 4) == (4, 4, 4, 1)
+  assert block_sizes(4112) == (256, 256, 256, 256, 512, 512, 1024, 1024, 16)
+  x = jnp.arange(2 * 3 * 13 * 2, dtype=jnp.float32).reshape(2, 3, 13, 2)
+  blocks = to_blocks(x, 4)
+  assert [b.shape[2] for b in blocks] == [4, 4, 4, 1]
+  np.testing.assert_array_equal(from_blocks(blocks), x)
+
+
+@pytest.mark.parametrize("slot", [0, 3, 4, 11, 12])
+def test_write_slot_sets_one_slot_of_one_block(slot):
+  rng = np.random.default_rng(slot)
+  x = rng.normal(size=(2, 3, 13, 2)).astype(np.float32)
+  new = rng.normal(size=(2, 3, 1, 2)).astype(np.float32)
+  got = jax.jit(write_slot)(to_blocks(jnp.asarray(x), 4), jnp.asarray(new), jnp.int32(slot))
+  want = x.copy()
+  want[:, :, slot] = new[:, :, 0]
+  np.testing.assert_array_equal(np.asarray(from_blocks(got)), want)

@@ -47,6 +47,7 @@ from transformer import cli
 from transformer.schema import model_config, position_config
 from transformer.inference import decode
 from transformer.model import models
+from transformer.training import throughput
 
 _NEW = flags.DEFINE_list("new_tokens", ["128", "256", "512", "1024"], "Lengths to generate.")
 _PROMPT = flags.DEFINE_integer("prompt", 16, "Prompt length (tokens).")
@@ -207,6 +208,11 @@ def main(argv):
   ints = lambda name: [int(n) for n in values[name]]
   print(f"{jax.device_count()} {jax.default_backend()} device(s), {os.cpu_count()} CPU cores, "
         f"load average {os.getloadavg()[0]:.1f}")
+  # The VM's speed drifts between days: these two say how fast this machine was in this run
+  # (a decode step is bound by reading the cache, so the bandwidth is the one to compare).
+  print(f"fp32 jnp.dot peak (2048^3, best of 5): "
+        f"{throughput.measure_matmul_peak(2048) / 1e9:.1f} GFLOP/s; memory read "
+        f"(sum of 256 MiB, best of 5): {throughput.measure_read_bandwidth() / 1e9:.1f} GB/s")
   cache_vs_recompute(ints("new_tokens"), values["prompt"], values["repeats"])
   if _HF.value:
     against_hf(ints("hf_new_tokens"), ints("batches"), values["prompt"], values["repeats"])

@@ -143,7 +143,7 @@ def step_layout(index, start_B, slots: int, window: int) -> Layout:
 
 @struct.dataclass
 class DecodeState:
-  cache: Any  # the 'cache' collection: cached_key/cached_value [B, K, S_cache, H] per layer
+  cache: Any  # the 'cache' collection: cached_key/cached_value per layer, blocks [B, K, b_j, H]
   index: jax.Array  # int32 scalar: token index of the next token fed (padding included)
   start_B: jax.Array  # first real token index of each row
   encoded_BSD: jax.Array | None = None  # encoder-decoder only

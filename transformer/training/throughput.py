@@ -58,6 +58,20 @@ def measure_matmul_peak(n: int = 1024, repeats: int = 5, dtype=jnp.float32) -> f
   return 2 * n ** 3 / best
 
 
+def measure_read_bandwidth(mib: int = 256, repeats: int = 5) -> float:
+  """Bytes/s of summing an fp32 array of `mib` MiB (far larger than the caches) on the
+  default device: what a memory-bound loop such as a decode step's attention can read."""
+  x = jnp.ones((mib * 2 ** 18,), jnp.float32)
+  total = jax.jit(jnp.sum)
+  total(x).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    total(x).block_until_ready()
+    best = min(best, time.perf_counter() - start)
+  return x.nbytes / best
+
+
 def peak_flops(configured: float = 0.0) -> float:
   """Peak FLOP/s of all devices together: configured per device, looked up, or measured."""
   per_device = configured or PEAK_FLOPS.get(jax.devices()[0].device_kind, 0.0)

@@ -11,7 +11,7 @@ import ml_collections
 
 from transformer.model.dense import Dense, constrain
 from transformer.model.attention import get_implementation
-from transformer.model.attention.cached import cached
+from transformer.model.attention.cached import cached, from_blocks, to_blocks, write_slot
 from transformer.model.attention.layout import Layout
 from transformer.model.attention.reference import dense_weights
 from transformer.model.positions import AttentionTerms
@@ -26,9 +26,9 @@ class Attention(nn.Module):
   Self-attention when `kv_BSD` is None. Weights are sown to 'intermediates' when that
   collection is mutable, so a probe can read every head without hooks.
 
-  `cache_mode` turns on the KV cache (the 'cache' collection, cached_key/cached_value
-  [B, K, S_cache, H]: each head's slots contiguous, so a step reads a block of them without
-  a transpose; see decode.py for the layout that goes with it):
+  `cache_mode` turns on the KV cache (the 'cache' collection, cached_key/cached_value, each
+  a tuple of blocks [B, K, b_j, H] along the S_cache slots: cached.py says why; see
+  decode.py for the layout that goes with it):
     "prefill"  attend as usual, then store the keys/values: self-attention those of the last
                S_cache tokens (token index i in slot i % S_cache, a ring when a window bounds
                the cache), cross-attention those of the whole encoder output.
@@ -65,14 +65,14 @@ class Attention(nn.Module):
     scale = cfg.qk_scale or 1.0 / math.sqrt(H)
 
     if self.is_mutable_collection("intermediates"):
-      # A step's k is the cache [B, K, S_cache, H]; the reference takes [B, S, K, H].
-      k_BSKH = jnp.swapaxes(k, 1, 2) if mode == "step" else k
+      # A step's k is the cache's blocks [B, K, b_j, H]; the reference takes [B, S, K, H].
+      k_BSKH = jnp.swapaxes(from_blocks(k), 1, 2) if mode == "step" else k
       self.sow("intermediates", "attention_weights",
                dense_weights(q, k_BSKH, layout, terms, scale=scale))
     if mode == "step":
       # The new queries over the cache's filled slots only (all of a cross-attention cache).
       out = cached(q, k, v, layout, terms, scale=scale,
-                   filled=None if kv_BSD is None else k.shape[2])
+                   filled=None if kv_BSD is None else k[0].shape[2])
     elif cfg.attention_dropout_rate and not self.deterministic:
       # Dropout on the weights needs them materialized: only the reference can do it.
       weights = dense_weights(q, k, layout, terms, scale=scale)
@@ -100,31 +100,32 @@ class Attention(nn.Module):
 
   def _cache_write(self, k_BLKH, v_BLKH, layout, cross):
     """Store new keys/values; return what this call attends to (see the class docstring):
-    at prefill its own keys/values [B, L, K, H], at a step the cache [B, K, S_cache, H]."""
+    at prefill its own keys/values [B, L, K, H], at a step the cache's blocks."""
     self._require_cache()
     # Created with the input's shape when absent: decode.init_cache traces a prefill of the
     # cache's length to learn every layer's shapes.
     B, L, K, H = k_BLKH.shape
-    ck = self.variable("cache", "cached_key", jnp.zeros, (B, K, L, H), k_BLKH.dtype)
-    cv = self.variable("cache", "cached_value", jnp.zeros, (B, K, L, H), v_BLKH.dtype)
-    S = ck.value.shape[2]
+    blocks = lambda dtype: to_blocks(jnp.zeros((B, K, L, H), dtype))
+    ck = self.variable("cache", "cached_key", blocks, k_BLKH.dtype)
+    cv = self.variable("cache", "cached_value", blocks, v_BLKH.dtype)
+    S = sum(c.shape[2] for c in ck.value)
     heads_first = lambda x: jnp.swapaxes(x, 1, 2)
-    if cross:
-      ck.value, cv.value = heads_first(k_BLKH), heads_first(v_BLKH)
+    if cross:  # the encoder output, read whole at every step: one block
+      ck.value, cv.value = (heads_first(k_BLKH),), (heads_first(v_BLKH),)
       return k_BLKH, v_BLKH
     if self.cache_mode == "prefill":
       # Prefill attends to its own keys; the cache keeps the last S of them, token index i
       # in slot i % S (a rotation of the tail when the prompt is longer than a window ring).
       keep = functools.partial(jnp.roll, shift=L % S, axis=1) if L > S else (lambda x: x)
-      put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(c, heads_first(keep(x[:, -S:])),
-                                                             0, axis=2)
+      put = lambda c, x: to_blocks(jax.lax.dynamic_update_slice_in_dim(
+          from_blocks(c), heads_first(keep(x[:, -S:])), 0, axis=2))
       ck.value, cv.value = put(ck.value, k_BLKH), put(cv.value, v_BLKH)
       return k_BLKH, v_BLKH
     # Left-padded batches share the indices of a step, so one set of slots serves every row.
     if L == 1:  # the decode loop's case: an in-place one-slot update
-      put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(
-          c, heads_first(x), layout.q_idx_BL[0, 0] % S, axis=2)
-    else:  # a few tokens may wrap around a window ring
-      put = lambda c, x: c.at[:, :, layout.q_idx_BL[0] % S].set(heads_first(x))
+      put = lambda c, x: write_slot(c, heads_first(x), layout.q_idx_BL[0, 0] % S)
+    else:  # a few tokens may wrap around a window ring (this rebuilds the blocks)
+      put = lambda c, x: to_blocks(from_blocks(c).at[:, :, layout.q_idx_BL[0] % S].set(
+          heads_first(x)))
     ck.value, cv.value = put(ck.value, k_BLKH), put(cv.value, v_BLKH)
     return ck.value, cv.value
