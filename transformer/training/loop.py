@@ -322,15 +322,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
             train_step = train_step.lower(state, batch).compile()
           compile_time_s = timer.seconds
           log.info(f"compiled the train step in {compile_time_s:.1f}s")
+        # Wait for the previous step before queueing this one (its batch is ready, so the
+        # device idles only for a dispatch): a step queued behind a running one holds its
+        # own buffers, and on the CPU the two steps' temporaries then share the retained
+        # heap, which doubled the train command's peak memory (docs/performance.md).
+        if previous is not None and not bool(previous["finite"]):
+          raise _non_finite(step - 1, previous, manager)
         state, metrics = profile(step, train_step, state, batch)
         window.append(metrics)
         log.tick(step)
         checkpoint.check_saving(manager)  # a failed background save stops the run here
-
-        # Reading the previous step's flag waits only for that step: the device already
-        # has this one queued, so the check costs no idle time.
-        if previous is not None and not bool(previous["finite"]):
-          raise _non_finite(step - 1, previous, manager)
         previous = metrics
 
         stopping = stop.requested(step, config.train.log_every)
