@@ -48,28 +48,25 @@ def measure_matmul_peak(n: int = 1024, repeats: int = 5, dtype=jnp.float32) -> f
   """FLOP/s of an n x n x n jnp.dot on the default device: best of `repeats`."""
   a = jax.random.normal(jax.random.key(0), (n, n), dtype)
   b = jax.random.normal(jax.random.key(1), (n, n), dtype)
-  dot = jax.jit(jnp.dot)
-  dot(a, b).block_until_ready()
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    dot(a, b).block_until_ready()
-    best = min(best, time.perf_counter() - start)
-  return 2 * n ** 3 / best
+  return 2 * n ** 3 / _best_seconds(jax.jit(jnp.dot), (a, b), repeats)
 
 
 def measure_read_bandwidth(mib: int = 256, repeats: int = 5) -> float:
   """Bytes/s of summing an fp32 array of `mib` MiB (far larger than the caches) on the
   default device: what a memory-bound loop such as a decode step's attention can read."""
   x = jnp.ones((mib * 2 ** 18,), jnp.float32)
-  total = jax.jit(jnp.sum)
-  total(x).block_until_ready()
+  return x.nbytes / _best_seconds(jax.jit(jnp.sum), (x,), repeats)
+
+
+def _best_seconds(fn, args, repeats: int) -> float:
+  """The fastest of `repeats` timed calls of fn(*args), after one warm-up (compile) call."""
+  fn(*args).block_until_ready()
   best = float("inf")
   for _ in range(repeats):
     start = time.perf_counter()
-    total(x).block_until_ready()
+    fn(*args).block_until_ready()
     best = min(best, time.perf_counter() - start)
-  return x.nbytes / best
+  return best
 
 
 def peak_flops(configured: float = 0.0) -> float:
