@@ -27,22 +27,28 @@ import numpy as np
 from transformer.cpu import projection
 
 
-def constrain(x, names: Sequence[str | None]):
-  """Constrain activation x's sharding by logical axis `names` (the rules of
-  sharding.activate); a no-op outside it. Unlike nn.with_logical_constraint, a dimension that
-  its mesh axes do not divide stays whole, as sharding.logical_to_spec leaves such a
+def logical_spec(shape: Sequence[int], names: Sequence[str | None]):
+  """The PartitionSpec that logical axis `names` give an array of `shape` under the mesh and
+  rules of sharding.activate, or None outside it. Unlike nn.logical_to_mesh_axes, a dimension
+  that its mesh axes do not divide stays whole, as sharding.logical_to_spec leaves such a
   parameter dimension (4 heads on tensor=8): an uneven split would pad every shard and put
   the activation out of step with its weight."""
   mesh = jax.sharding.get_abstract_mesh()
   spec = None if mesh.empty else nn.logical_to_mesh_axes(names)
   if spec is None:
-    return x
+    return None
   def divides(axes, size):
     axes = (axes,) if isinstance(axes, str) else tuple(axes)
     return size % int(np.prod([mesh.shape[a] for a in axes])) == 0
-  return jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec(*(
-      axes if axes is None or divides(axes, size) else None
-      for axes, size in zip(spec, x.shape))))
+  return jax.sharding.PartitionSpec(*(axes if axes is None or divides(axes, size) else None
+                                      for axes, size in zip(spec, shape)))
+
+
+def constrain(x, names: Sequence[str | None]):
+  """Constrain activation x's sharding by logical axis `names` (logical_spec); a no-op
+  outside sharding.activate."""
+  spec = logical_spec(x.shape, names)
+  return x if spec is None else jax.lax.with_sharding_constraint(x, spec)
 
 
 def _drawn_2d(init, contracted: int):
