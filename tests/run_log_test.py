@@ -212,3 +212,18 @@ def test_progress_in_a_real_terminal(tmp_path, width):
   assert EVAL_LINE in lines and "hello" in lines, lines
   assert any(line.startswith("step  20/100 |") and "| eval 1.2500 [" in line
              for line in lines), lines
+
+
+def test_the_train_command_does_not_load_torch_through_tensorboardx():
+  """tensorboardX imports torch when it is installed (the interop extra); the train command
+  never hands it a torch tensor, and torch would cost ~180 MiB of resident memory."""
+  import importlib.util
+  if importlib.util.find_spec("torch") is None:
+    pytest.skip("torch is not installed, so nothing could load it")
+  code = ("import sys, transformer.train, transformer.training.tensorboard_events as t; "
+          "assert 'torch' not in sys.modules, 'torch was imported'; "
+          "import torch; print(torch.ones(2).sum().item())")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.strip() == "2.0"  # torch still imports afterwards, for whoever wants it

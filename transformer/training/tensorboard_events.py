@@ -12,15 +12,35 @@ tensorboardX writes but does not read; reading (for `cut_back` and the tests) pa
 TFRecord framing with tensorboardX's CRC and its `Event` protocol buffer.
 """
 
+import contextlib
 import glob
 import os
 import struct
+import sys
 import time
 
-from tensorboardX import summary as tbx_summary
-from tensorboardX.event_file_writer import EventsWriter
-from tensorboardX.proto.event_pb2 import Event, SessionLog
-from tensorboardX.record_writer import masked_crc32c
+
+@contextlib.contextmanager
+def _without_torch():
+  """tensorboardX's package __init__ imports torch whenever it is installed (the interop
+  extra), only so its SummaryWriter can take torch tensors; nothing here passes one, and torch
+  adds ~180 MiB to the train command's resident memory (docs/performance.md). Its import is
+  refused while tensorboardX loads, then allowed again for anyone else."""
+  blocked = "torch" not in sys.modules
+  if blocked:
+    sys.modules["torch"] = None  # `import torch` raises ImportError, which tensorboardX handles
+  try:
+    yield
+  finally:
+    if blocked and sys.modules.get("torch", 0) is None:
+      del sys.modules["torch"]
+
+
+with _without_torch():
+  from tensorboardX import summary as tbx_summary
+  from tensorboardX.event_file_writer import EventsWriter
+  from tensorboardX.proto.event_pb2 import Event, SessionLog
+  from tensorboardX.record_writer import masked_crc32c
 
 PREFIX = "events.out.tfevents."
 
