@@ -137,6 +137,18 @@ def test_bad_tokenizer_is_one_line_and_writes_nothing(tmp_path, data_dir, sets, 
   assert not os.path.exists(tmp_path / "run")
 
 
+@pytest.mark.slow
+def test_masked_lm_with_a_tokenizer_without_a_mask_token_is_one_line(tmp_path, data_dir):
+  ranks = _ranks_file(str(tmp_path / "tiny.tiktoken"))
+  mlm = os.path.join(ROOT, "configs", "mlm.py")
+  proc = _cli(tmp_path, "transformer.train", "--config", mlm, "--workdir", "run",
+              "--config.data.tokenizer=tiktoken", f"--config.data.tokenizer_path={ranks}",
+              f"--config.data.data_dir={data_dir}", "--config.data.size=tiny",
+              "--config.model.vocab_size=512")
+  assert "objective 'mlm' needs a mask token" in _one_error_line(proc)
+  assert not os.path.exists(tmp_path / "run")
+
+
 def test_special_ids_are_found_by_name_or_read_beside_the_file(tmp_path, data_dir):
   folder = _hf_folder(data_dir, str(tmp_path / "tok"))
   tok = external_tokenizers.HuggingFaceTokenizer(folder)

@@ -179,6 +179,11 @@ def _tokenizer(config, workdir):
   if tokenizer.vocab_size > config.model.vocab_size:
     raise ValueError(f"tokenizer {config.data.tokenizer!r} has {tokenizer.vocab_size} "
                      f"tokens but model.vocab_size is {config.model.vocab_size}")
+  if config.objective.name == "mlm" and getattr(tokenizer, "mask_id", None) is None:
+    raise ValueError(f"objective 'mlm' needs a mask token and tokenizer "
+                     f"{config.data.tokenizer!r} has none: use data.tokenizer=bytes or "
+                     f"sentencepiece, or a tokenizer.json with a <mask> / [MASK] token (or its "
+                     f"id in special_ids.json beside it)")
   return tokenizer
 
 
