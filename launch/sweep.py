@@ -21,14 +21,14 @@ sweep finds the same directories.
 
 DIR/sweep.json records the design and every run; DIR/<name>/summary.json marks a finished run.
 `python -m launch.sweep --workdir DIR` rewrites and prints DIR/results.md.
+
+Beside it: launch/sweep_values.py (parsing the values, run names), launch/scaling_grid.py (the
+scaling kind's expansion), launch/sweep_dir.py (reading a sweep directory, its results table).
 """
 
-import hashlib
 import itertools
 import json
-import math
 import os
-import re
 
 import ml_collections
 import numpy as np
@@ -37,9 +37,11 @@ from ml_collections import config_flags
 from ml_collections.config_flags import config_path, tuple_parser
 
 from experiments.scaling import shapes
+from launch import scaling_grid, sweep_values
+from launch.sweep_values import run_name  # noqa: F401  (sweep.run_name, as before)
 # What a sweep directory holds on disk; sweep.is_finished / read_sweep / write_results stay
 # callable here for the launchers.
-from launch.sweep_dir import (atomic_write, format_cell, is_finished, read_sweep,  # noqa: F401
+from launch.sweep_dir import (atomic_write, is_finished, read_sweep,  # noqa: F401
                               results_table, write_results)
 
 
@@ -88,86 +90,11 @@ def default_config() -> ml_collections.ConfigDict:
   ))
 
 
-# --- parsing "key=values;key=values" ----------------------------------------------------------
-
-def _scalar(text: str):
-  text = text.strip()
-  for cast in (int, float):
-    try:
-      return cast(text)
-    except ValueError:
-      pass
-  return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def _numbers(text: str, what: str) -> list[float]:
-  values = [_scalar(v) for v in text.split(",") if v.strip()]
-  if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
-    raise ValueError(f"sweep.{what} must be positive numbers like '1e5,3e5', got {text!r}")
-  return [float(v) for v in values]
-
-
-def _axes(text: str) -> list[tuple[str, str]]:
-  axes = []
-  for part in filter(str.strip, text.split(";")):
-    key, sep, values = part.partition("=")
-    if not sep or not key.strip() or not values.strip():
-      raise ValueError(f"sweep axis {part!r} is not KEY=VALUES (e.g. opt.lr=1e-4,1e-3)")
-    axes.append((key.strip(), values.strip()))
-  if not axes:
-    raise ValueError("sweep.axes is empty; e.g. 'opt.lr=1e-4,1e-3;model.d_model=128,256'")
-  return axes
-
-
-def _round(x: float) -> float:
-  return float(f"{x:.3g}")  # draws with 3 significant digits keep names and configs readable
-
-
-# Random-search distributions: name -> draw(rng, args) of one value.
-DISTRIBUTIONS = {
-    "choice": lambda rng, args: args[rng.integers(len(args))],
-    "uniform": lambda rng, args: _round(rng.uniform(args[0], args[1])),
-    "loguniform": lambda rng, args: _round(math.exp(rng.uniform(*np.log(args[:2])))),
-    "int": lambda rng, args: int(rng.integers(int(args[0]), int(args[1]) + 1)),  # inclusive
-}
-
-
-def _distribution(key: str, text: str):
-  match = re.fullmatch(r"(\w+)\((.*)\)", text)
-  if not match or match.group(1) not in DISTRIBUTIONS:
-    raise ValueError(f"random axis {key}={text!r}: want NAME(args) with NAME one of "
-                     f"{sorted(DISTRIBUTIONS)}")
-  name, args = match.group(1), [_scalar(a) for a in match.group(2).split(",")]
-  if name != "choice" and (len(args) != 2 or not all(isinstance(a, (int, float)) for a in args)):
-    raise ValueError(f"random axis {key}={text!r}: {name} takes two numbers (low, high)")
-  return lambda rng: DISTRIBUTIONS[name](rng, args)
-
-
-# --- run names ----------------------------------------------------------------------------------
-
-def _short(x: float) -> str:
-  return f"{x:.3g}".replace("e+0", "e").replace("e+", "e")  # 1e+13 -> 1e13
-
-
-def run_name(values: dict) -> str:
-  """Deterministic directory name from the values that define a run: 'lr=0.001,d_model=256'.
-
-  Keys are shortened to their last component unless two would collide; unsafe characters
-  become '_'; names past 120 characters are cut and end in a hash of the full name.
-  """
-  leaves = [k.rsplit(".", 1)[-1] for k in values]
-  keys = [leaf if leaves.count(leaf) == 1 else k for k, leaf in zip(values, leaves)]
-  name = ",".join(f"{k}={format_cell(v)}" for k, v in zip(keys, values.values()))
-  name = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)
-  if len(name) > 120:
-    name = name[:111] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
-  return name
-
-
 # --- expansion ---------------------------------------------------------------------------------
 
 def _grid(config, sweep) -> list[dict]:
-  axes = [(k, [_scalar(v) for v in values.split(",")]) for k, values in _axes(sweep.axes)]
+  axes = [(k, [sweep_values.scalar(v) for v in values.split(",")])
+          for k, values in sweep_values.axes(sweep.axes)]
   runs = []
   for combo in itertools.product(*(values for _, values in axes)):
     overrides = dict(zip((k for k, _ in axes), combo))
@@ -176,7 +103,7 @@ def _grid(config, sweep) -> list[dict]:
 
 
 def _random(config, sweep) -> list[dict]:
-  axes = [(k, _distribution(k, text)) for k, text in _axes(sweep.axes)]
+  axes = [(k, sweep_values.distribution(k, text)) for k, text in sweep_values.axes(sweep.axes)]
   rng = np.random.default_rng(sweep.seed)
   runs, seen = [], set()
   for _ in range(sweep.trials):
@@ -188,197 +115,16 @@ def _random(config, sweep) -> list[dict]:
   return runs
 
 
-def _lr_law(text: str):
-  """(coef, exponent, convention) from "COEF,EXPONENT" or a json written by
-  experiments/scaling/lr_law.py; None for ""."""
-  if not text:
-    return None
-  if text.endswith(".json"):
-    if not os.path.exists(text):
-      raise ValueError(f"sweep.lr_law: {text} does not exist; run the learning-rate sweep and "
-                       f"`python -m experiments.scaling.lr_law` first (experiments/scaling/"
-                       f"README.md), or give --config.sweep.lr_law=COEF,EXPONENT")
-    with open(text) as f:
-      law = json.load(f)
-    return float(law["coef"]), float(law["exponent"]), law.get("convention")
-  parts = [p for p in text.split(",") if p.strip()]
-  if len(parts) != 2:
-    raise ValueError(f"sweep.lr_law must be 'COEF,EXPONENT' or a .json path, got {text!r}")
-  return float(parts[0]), float(parts[1]), None
-
-
-def _predicted_optimum(budget: float, ratio: float) -> float:
-  return math.sqrt(budget / (6 * ratio))  # C = 6 N D, D = ratio N
-
-
-def _nearest(sizes: list[float], centre: float, count: int) -> set[float]:
-  """The `count` sizes nearest `centre` in log scale (all of them for count 0 or no centre)."""
-  ranked = sorted(sizes, key=lambda n: abs(math.log(n / centre)) if centre else 0)
-  return set(ranked[:count] if count else ranked)
-
-
-def _scaling(config, sweep) -> list[dict]:
-  if sweep.axes:
-    raise ValueError("sweep.axes is for grid/random sweeps; a scaling sweep takes sizes and "
-                     "budgets or tokens")
-  sizes = _numbers(sweep.sizes, "sizes")
-  by_ratio = bool(sweep.get("tokens_per_param", 0))
-  if by_ratio + bool(sweep.budgets) + bool(sweep.tokens) != 1:
-    raise ValueError("a scaling sweep needs exactly one of sweep.budgets (FLOPs), "
-                     "sweep.tokens and sweep.tokens_per_param")
-  isoflop = bool(sweep.budgets)
-  targets = ([sweep.tokens_per_param] if by_ratio else
-             _numbers(sweep.budgets if isoflop else sweep.tokens,
-                      "budgets" if isoflop else "tokens"))
-  get = lambda key, default: sweep.get(key, default)
-  size_conv, flops_conv = get("size_convention", "non_embedding"), get("flops_convention",
-                                                                       "non_embedding")
-  for what, value in (("size_convention", size_conv), ("flops_convention", flops_conv)):
-    if value not in shapes.FLOPS_CONVENTIONS:
-      raise ValueError(f"sweep.{what} must be one of {sorted(shapes.FLOPS_CONVENTIONS)}, "
-                       f"got {value!r}")
-  per_size = get("batch_by", "budget") == "size"
-  if get("batch_by", "budget") not in ("budget", "size"):
-    raise ValueError(f"sweep.batch_by must be budget or size, got {get('batch_by', '')!r}")
-  batches = [int(b) for b in _numbers(get("batch_sizes", ""), "batch_sizes")] \
-      if get("batch_sizes", "") else [config.train.batch_size] * (len(sizes) if per_size
-                                                                    else len(targets))
-  if len(batches) != (len(sizes) if per_size else len(targets)):
-    raise ValueError(f"sweep.batch_sizes gives {len(batches)} batch sizes for "
-                     f"{len(sizes) if per_size else len(targets)} "
-                     f"{'sizes' if per_size else 'budgets'}; give one per "
-                     f"{get('batch_by', 'budget')}")
-  size_batch = dict(zip(sizes, batches)) if per_size else {}
-  if per_size:
-    batches = [None] * len(targets)
-  lrs = _numbers(get("lrs", ""), "lrs") if get("lrs", "") else [None]
-  law = _lr_law(get("lr_law", ""))
-  if law and law[2] and law[2] != size_conv:
-    raise ValueError(f"sweep.lr_law was fitted on {law[2]} parameters but the sweep counts "
-                     f"{size_conv}")
-  seq_len = config.data.seq_len
-  vocab = config.model.get("vocab_size", 0)
-  tie = config.model.get("tie_embeddings", True)
-  models = {}
-  for size in sizes:
-    shape = shapes.shape_for_size(
-        size, aspect_ratio=sweep.aspect_ratio, head_dim=sweep.head_dim,
-        ffn_ratio=sweep.ffn_ratio, min_layers=get("min_layers", 1),
-        min_heads=get("min_heads", 1), small_head_dim=get("small_head_dim", 0),
-        count=size_conv, vocab_size=vocab if size_conv == "total" else 0, tie_embeddings=tie)
-    model = config.model.to_dict() | shape
-    models[size] = (shape, shapes.param_counts(model),
-                    {c: shapes.flops_per_token(model, seq_len, c)
-                     for c in shapes.FLOPS_CONVENTIONS})
-  runs = []
-  for target, budget_batch in zip(targets, batches):
-    chosen = list(sizes)
-    if isoflop and get("window", 0):
-      centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0))
-      below = get("window_below", 0) or get("window", 0)
-      chosen = [n for n in chosen
-                if -below - 1e-9 <= math.log10(n / centre) <= get("window", 0) + 1e-9]
-    if isoflop and get("max_sizes", 0):
-      centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0))
-      keep = sorted(chosen, key=lambda n: abs(math.log(n / centre)))[:get("max_sizes", 0)]
-      chosen = [n for n in chosen if n in keep]
-    centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0)) if isoflop else 0
-    seeded = _nearest(chosen, centre, get("seed_sizes", 0))
-    if isoflop and get("seed_tokens_per_param", 0):
-      seeded |= _nearest(chosen, _predicted_optimum(target, get("seed_tokens_per_param", 0)),
-                         get("seed_sizes", 0))
-    budget_runs = []
-    for size in chosen:
-      shape, counts, per_token = models[size]
-      batch = size_batch.get(size, budget_batch)
-      tokens_per_step = batch * seq_len
-      n = counts[size_conv]
-      if isoflop:
-        tokens = target / per_token[flops_conv]
-      elif by_ratio:
-        tokens = target * n
-      else:
-        tokens = target
-      steps = max(1, round(tokens / tokens_per_step))
-      ratio = steps * tokens_per_step / n
-      if isoflop and (steps < sweep.min_steps
-                      or (sweep.min_tokens_per_param and ratio < sweep.min_tokens_per_param)
-                      or (sweep.max_tokens_per_param and ratio > sweep.max_tokens_per_param)):
-        continue
-      overrides = {f"model.{k}": v for k, v in shape.items()}
-      overrides["train.steps"] = steps
-      if get("batch_sizes", ""):
-        overrides["train.batch_size"] = batch
-      # Short runs still log, evaluate and checkpoint ~eval_points times, so every run has a
-      # loss curve for the compute frontier and an interrupted one loses little.
-      points = max(1, get("eval_points", 10))
-      for key in ("log_every", "eval_every", "checkpoint_every"):
-        if key in config.train:
-          overrides[f"train.{key}"] = max(1, min(config.train[key], steps // points))
-      if get("eval_tokens", 0):
-        overrides["train.eval_batches"] = math.ceil(get("eval_tokens", 0) / tokens_per_step)
-      if get("warmup_tokens_per_param", 0):
-        # Porian et al. 2024: warmup ~ N tokens; never more than a tenth of the run.
-        warm = round(get("warmup_tokens_per_param", 0) * n / tokens_per_step)
-        overrides["opt.warmup_steps"] = max(1, min(warm, steps // 10))
-      elif "warmup_steps" in config.get("opt", {}):
-        overrides["opt.warmup_steps"] = min(config.opt.warmup_steps, max(1, steps // 10))
-      tokens = steps * tokens_per_step
-      label = {"N": _short(size)}
-      if isoflop:
-        label["C"] = _short(target)
-      elif by_ratio:
-        label["D/N"] = _short(target)
-      else:
-        label["D"] = _short(target)
-      for lr in lrs:
-        run_overrides = dict(overrides)
-        lr_label = dict(label)
-        if lr is not None:
-          run_overrides["opt.lr"] = lr
-          lr_label["lr"] = _short(lr)
-        elif law:
-          run_overrides["opt.lr"] = float(f"{law[0] * n ** law[1]:.4g}")
-        for seed in range(get("seeds", 1) if size in seeded else 1):
-          seed_overrides, name = dict(run_overrides), dict(lr_label)
-          if get("seeds", 1) > 1:
-            seed_overrides["train.seed"] = seed
-            if seed:
-              name["seed"] = seed
-          budget_runs.append(dict(
-              name=run_name(name), overrides=seed_overrides, target_size=size,
-              budget=target if isoflop else None,  # the IsoFLOP curve this run belongs to
-              seed=seed, batch_size=batch, size_convention=size_conv,
-              flops_convention=flops_conv,
-              params_non_embedding=counts["non_embedding"], params_total=counts["total"],
-              tokens=tokens, flops_per_token=per_token["non_embedding"],
-              flops=tokens * per_token["non_embedding"],
-              flops_per_token_total=per_token["total"], flops_total=tokens * per_token["total"]))
-    if get("dataset_tokens", 0) and budget_runs:
-      most = max(r["tokens"] for r in budget_runs)
-      if most > get("max_epochs", 4.0) * get("dataset_tokens", 0):
-        # A curve whose small models repeat the data more than max_epochs times measures
-        # memorization, not scaling: the whole budget goes (see pruned_budgets()).
-        continue
-    runs += budget_runs
-  runs.sort(key=lambda r: sizes.index(r["target_size"]))  # size-major, as always (stable)
-  if not runs:
-    raise ValueError("the scaling design is empty: every (size, budget) pair trains for fewer "
-                     "than sweep.min_steps steps, falls outside the tokens-per-param range, or "
-                     "repeats the data more than sweep.max_epochs times")
-  return runs
-
-
 def pruned_budgets(config) -> list[float]:
   """Budgets of a scaling sweep that expand() drops for repeating the data too often."""
   sweep = config.sweep
   if sweep.kind != "scaling" or not sweep.budgets or not sweep.get("dataset_tokens", 0):
     return []
   kept = {r["budget"] for r in expand(config)}
-  return [b for b in _numbers(sweep.budgets, "budgets") if b not in kept]
+  return [b for b in sweep_values.numbers(sweep.budgets, "budgets") if b not in kept]
 
 
-KINDS = {"grid": _grid, "random": _random, "scaling": _scaling}
+KINDS = {"grid": _grid, "random": _random, "scaling": scaling_grid.expand}
 
 
 def expand(config) -> list[dict]:

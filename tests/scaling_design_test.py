@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from experiments.scaling import fit, lr_law, shapes
-from launch import sweep
+from launch import sweep, sweep_values
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 scaling = pytest.importorskip("configs.scaling")
@@ -67,7 +67,7 @@ def test_corrected_grid_meets_the_issue():
     assert nearest(centre) | nearest(measured) == seeded
     # Two sizes left of the second stage's centre, where the shape rule's floor allows.
     assert len([n for n in sizes if n < measured]) >= min(2, len([
-        n for n in sweep._numbers(config.sweep.sizes, "sizes") if n < measured]))
+        n for n in sweep_values.numbers(config.sweep.sizes, "sizes") if n < measured]))
     assert len({r["batch_size"] for r in rs}) == 1
   for r in runs:
     o = r["overrides"]
