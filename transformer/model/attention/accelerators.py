@@ -4,10 +4,10 @@ jax.nn.dot_product_attention) and the fused CPU kernel (transformer/cpu/fused_at
 jax.nn.dot_product_attention (jax 0.10.2 and 0.12) takes the mask's structure as arguments:
 is_causal, query_seq_lengths / key_value_seq_lengths (right padding), local_window_size, a
 bias. It has no segment ids and no prefix: the cuDNN packing path (q_offsets / kv_offsets)
-exists only in the private jax._src.cudnn API. `structured_attention` makes the structured
-call for the layouts that need nothing else and refuses the rest; `cudnn` uses it where it can and falls
-back to a materialized [B, 1, L, S] mask (the only way the public API takes segment ids or a
-prefix); `auto` sends packed layouts to pallas_gpu first (pallas.py).
+exists only in the private jax._src.cudnn API. `structured_attention` makes the structured call
+for the layouts that need nothing else and refuses the rest; `cudnn` uses it where it can and
+falls back to a materialized [B, 1, L, S] mask (the only way the public API takes segment ids
+or a prefix); `auto` sends packed layouts to pallas_gpu first (pallas.py).
 """
 
 import jax
