@@ -1,4 +1,5 @@
-// Fused exact attention for x86 CPUs with AVX-512, float32, as two XLA FFI custom calls.
+// Fused exact attention for x86 CPUs with AVX-512 or AVX2, float32, as two XLA FFI custom
+// calls.
 //
 // XLA:CPU cannot fuse a product with the softmax that follows it, so its blockwise attention
 // writes every block of scores to memory and reads it back several times. Here one tile
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
+#include "vector16.h"
 
 namespace ffi = xla::ffi;
 
@@ -39,30 +41,32 @@ constexpr long KC = 512;     // keys per chunk: a [KC x QB] float buffer is 128 
 template <int MR, int NV>
 inline void micro(int Kd, const float* A, long am, long ak, const float* B, long ldb, float* C,
                   long ldc, bool acc) {
-  __m512 c[MR][NV];
+  vf c[MR][NV];
   for (int m = 0; m < MR; ++m)
     for (int v = 0; v < NV; ++v)
-      c[m][v] = acc ? _mm512_loadu_ps(C + m * ldc + 16 * v) : _mm512_setzero_ps();
+      c[m][v] = acc ? load(C + m * ldc + 16 * v) : zero();
   for (int k = 0; k < Kd; ++k) {
-    __m512 b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_ps(B + k * ldb + 16 * v);
+    vf b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = load(B + k * ldb + 16 * v);
     for (int m = 0; m < MR; ++m) {
-      __m512 a = _mm512_set1_ps(A[m * am + k * ak]);
-      for (int v = 0; v < NV; ++v) c[m][v] = _mm512_fmadd_ps(a, b[v], c[m][v]);
+      vf a = set1(A[m * am + k * ak]);
+      for (int v = 0; v < NV; ++v) c[m][v] = fmadd(a, b[v], c[m][v]);
     }
   }
   for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + m * ldc + 16 * v, c[m][v]);
+    for (int v = 0; v < NV; ++v) store(C + m * ldc + 16 * v, c[m][v]);
 }
 
-// Rows in blocks of 6 (4 vectors wide) or 8 (narrower) and one fewer: 16-24 accumulators
-// run at the FMA peak on Zen 5 (~230 GFLOP/s on one core), 4 rows of 4 vectors at half of
-// it and 24 rows of one vector at 60% (measured). Any M from 20 up, and 16, a causal tile's
-// row groups, is a sum of such blocks; a ragged rest takes 2s and 1s.
+// Rows in blocks of BIG and one fewer. AVX-512 (32 registers): 6 rows 4 vectors wide or 8
+// narrower, 16-24 accumulators, run at the FMA peak on Zen 5 (~230 GFLOP/s on one core), 4
+// rows of 4 vectors at half of it and 24 rows of one vector at 60% (measured). AVX2 (16
+// registers, two per vector): panels one vector wide, 6 rows, 12 accumulators. Any M from 20
+// up, and 16, a causal tile's row groups, is a sum of such blocks; a ragged rest takes 2s
+// and 1s.
 template <int NV>
 inline void panel(int M, int Kd, const float* A, long am, long ak, const float* B, long ldb,
                   float* C, long ldc, bool acc) {
-  constexpr int BIG = NV == 4 ? 6 : 8, SMALL = BIG - 1;
+  constexpr int BIG = !kAvx512 ? 6 : NV == 4 ? 6 : 8, SMALL = BIG - 1;
   int small = (BIG - M % BIG) % BIG, m = 0;
   if (small * SMALL > M) small = 0;
   for (int i = 0; i < small; ++i, m += SMALL)
@@ -76,6 +80,10 @@ inline void panel(int M, int Kd, const float* A, long am, long ak, const float* 
 void gemm(long M, long N, long Kd, const float* A, long am, long ak, const float* B, long ldb,
           float* C, long ldc, bool acc) {
   long n = 0;
+  if (!kAvx512) {
+    for (; n < N; n += 16) panel<1>(M, Kd, A, am, ak, B + n, ldb, C + n, ldc, acc);
+    return;
+  }
   for (; n + 64 <= N; n += 64) panel<4>(M, Kd, A, am, ak, B + n, ldb, C + n, ldc, acc);
   switch (N - n) {
     case 48: panel<3>(M, Kd, A, am, ak, B + n, ldb, C + n, ldc, acc); break;
@@ -86,22 +94,21 @@ void gemm(long M, long N, long Kd, const float* A, long am, long ak, const float
 
 // exp(x) for x <= 0 (a score minus its row's max or log-sum-exp); 0 for x < -87 and -inf.
 // Cody-Waite reduction and Cephes' expf polynomial: within 2 ulp of expf.
-inline __m512 exp_nonpositive(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.f);
-  __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_setzero_ps());
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
+inline vf exp_nonpositive(vf x) {
+  const vf lo = set1(-87.f);
+  lanes in_range = ge(x, lo);
+  x = min(max(x, lo), zero());
+  vf n = round_nearest(mul(x, set1(1.44269504088896341f)));
+  vf r = fnmadd(n, set1(0.693359375f), x);
+  r = fnmadd(n, set1(-2.12194440e-4f), r);
+  vf p = set1(1.9875691500e-4f);
+  p = fmadd(p, r, set1(1.3981999507e-3f));
+  p = fmadd(p, r, set1(8.3334519073e-3f));
+  p = fmadd(p, r, set1(4.1665795894e-2f));
+  p = fmadd(p, r, set1(1.6666665459e-1f));
+  p = fmadd(p, r, set1(5.0000001201e-1f));
+  p = fmadd(mul(p, r), r, add(r, set1(1.f)));
+  return keep(in_range, times_exp2(p, n));
 }
 
 struct Dims {
@@ -128,9 +135,10 @@ struct Tile {
   long ldk() const { return d.K * d.H; }
 };
 
+#if defined(__AVX512F__)
 // In-register transpose of 16 rows of 16 floats (row c of the result is column c).
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
+inline void transpose16(vf r[16]) {
+  vf t[16];
   for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
@@ -157,17 +165,27 @@ inline void transpose16(__m512 r[16]) {
 // xT[H x QB] = mult * the tile's rows of x, zeros past them, 16 x 16 blocks at a time.
 void pack_transposed(const Tile& t, const float* x, float mult, float* xT) {
   const float* src = t.q_rows(x);
-  const __m512 m = _mm512_set1_ps(mult);
-  __m512 r[16];
+  const vf m = set1(mult);
+  vf r[16];
   for (long i0 = 0; i0 < QB; i0 += 16)
     for (long h0 = 0; h0 < t.d.H; h0 += 16) {
       for (long i = 0; i < 16; ++i)
-        r[i] = i0 + i < t.rows ? _mm512_mul_ps(_mm512_loadu_ps(src + (i0 + i) * t.ldq() + h0), m)
-                               : _mm512_setzero_ps();
+        r[i] = i0 + i < t.rows ? mul(load(src + (i0 + i) * t.ldq() + h0), m)
+                               : zero();
       transpose16(r);
-      for (long c = 0; c < 16; ++c) _mm512_storeu_ps(xT + (h0 + c) * QB + i0, r[c]);
+      for (long c = 0; c < 16; ++c) store(xT + (h0 + c) * QB + i0, r[c]);
     }
 }
+#else
+// xT[H x QB] = mult * the tile's rows of x, zeros past them. Without AVX-512's lane shuffles
+// a plain loop: H x 64 values per tile, against the tile's 4 x 64 x keys x H multiply-adds.
+void pack_transposed(const Tile& t, const float* x, float mult, float* xT) {
+  const float* src = t.q_rows(x);
+  for (long i = 0; i < QB; ++i)
+    for (long h = 0; h < t.d.H; ++h)
+      xT[h * QB + i] = i < t.rows ? mult * src[i * t.ldq() + h] : 0.f;
+}
+#endif
 
 // Causal tiles skip the products' masked corner in steps of 16 (exact: those probabilities
 // and their gradients are zero). A group of 16 keys from j0 needs query columns from
@@ -235,7 +253,7 @@ void key_accumulate(const Tile& t, const float* pT, const float* x, float* acc, 
 // Which of a tile's queries may see key j: the same nonzero segment and, if causal, a key
 // index not after the query's. Queries past the tile's rows get segment 0: they see nothing.
 struct Mask {
-  __m512i qs[NQ], qi[NQ];
+  vi qs[NQ], qi[NQ];
   const int32_t* kseg;
   const int32_t* kidx;
   bool causal;
@@ -249,15 +267,15 @@ struct Mask {
         s[u] = r < t.rows ? qseg[t.b * t.d.L + t.q0 + r] : 0;
         i[u] = r < t.rows ? qidx[t.b * t.d.L + t.q0 + r] : 0;
       }
-      qs[v] = _mm512_load_si512(s);
-      qi[v] = _mm512_load_si512(i);
+      qs[v] = load_int(s);
+      qi[v] = load_int(i);
     }
   }
-  void row(long j, __mmask16* ok) const {
-    __m512i ks = _mm512_set1_epi32(kseg[j]), ki = _mm512_set1_epi32(kidx[j]);
+  void row(long j, lanes* ok) const {
+    vi ks = set1_int(kseg[j]), ki = set1_int(kidx[j]);
     for (int v = 0; v < NQ; ++v) {
-      ok[v] = kseg[j] == 0 ? 0 : _mm512_cmpeq_epi32_mask(qs[v], ks);
-      if (causal) ok[v] &= _mm512_cmpge_epi32_mask(qi[v], ki);
+      ok[v] = kseg[j] == 0 ? 0 : eq_int(qs[v], ks);
+      if (causal) ok[v] &= ge_int(qi[v], ki);
     }
   }
 };
@@ -267,7 +285,7 @@ struct Mask {
 
 void zero_rows(float* x, long rows, long ld, long H) {
   for (long i = 0; i < rows; ++i)
-    for (long h = 0; h < H; h += 16) _mm512_storeu_ps(x + i * ld + h, _mm512_setzero_ps());
+    for (long h = 0; h < H; h += 16) store(x + i * ld + h, zero());
 }
 
 // out, lse for one tile. A query that sees no key gets zeros and lse = +inf. Keys come in
@@ -282,33 +300,32 @@ void forward_tile(const Tile& t, const float* q, const float* k, const float* v,
   zero_rows(o, t.rows, t.ldq(), d.H);
   pack_transposed(t, q, d.scale, qT);
   Mask mask(t, qseg, kseg, qidx, kidx);
-  __mmask16 ok[NQ], seen[NQ] = {};
-  __m512 mx[NQ], sum[NQ];
-  for (int u = 0; u < NQ; ++u) mx[u] = _mm512_setzero_ps(), sum[u] = _mm512_setzero_ps();
+  lanes ok[NQ], seen[NQ] = {};
+  vf mx[NQ], sum[NQ];
+  for (int u = 0; u < NQ; ++u) mx[u] = zero(), sum[u] = zero();
   for (long lo = 0; lo < t.nk; lo += KC) {
     long hi = std::min(t.nk, lo + KC);
     key_major(t, k, qT, sT, lo, hi);  // sT = k . (scale q)^T
-    __m512 cm[NQ];
-    __mmask16 cseen[NQ];
+    vf cm[NQ];
+    lanes cseen[NQ];
     for (int u = 0; u < NQ; ++u) cm[u] = mx[u], cseen[u] = seen[u];
     for (long j = lo; j < hi; ++j) {  // column maxima over the visible keys
       mask.row(j, ok);
       for (int u = 0; u < NQ; ++u) {
-        __m512 x = _mm512_loadu_ps(sT + (j - lo) * QB + 16 * u);
+        vf x = load(sT + (j - lo) * QB + 16 * u);
         // The first visible key sets the max; a column that sees nothing keeps 0 (no NaN).
-        cm[u] = _mm512_mask_mov_ps(cm[u], ok[u] & ~cseen[u], x);
-        cm[u] = _mm512_mask_max_ps(cm[u], ok[u], cm[u], x);
+        cm[u] = select(ok[u] & ~cseen[u], x, cm[u]);
+        cm[u] = select(ok[u], max(cm[u], x), cm[u]);
         cseen[u] |= ok[u];
       }
     }
     alignas(64) float alpha[QB];
     bool rescale = false;
     for (int u = 0; u < NQ; ++u) {
-      __m512 a = _mm512_mask_blend_ps(seen[u], _mm512_set1_ps(1.f),
-                                      exp_nonpositive(_mm512_sub_ps(mx[u], cm[u])));
-      rescale |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.f), _CMP_NEQ_OQ) != 0;
-      _mm512_store_ps(alpha + 16 * u, a);
-      sum[u] = _mm512_mul_ps(sum[u], a);
+      vf a = select(seen[u], exp_nonpositive(sub(mx[u], cm[u])), set1(1.f));
+      rescale |= ne(a, set1(1.f)) != 0;
+      store(alpha + 16 * u, a);
+      sum[u] = mul(sum[u], a);
       mx[u] = cm[u];
       seen[u] = cseen[u];
     }
@@ -316,24 +333,24 @@ void forward_tile(const Tile& t, const float* q, const float* k, const float* v,
       for (long i = 0; i < t.rows; ++i)
         for (long h = 0; h < d.H; h += 16) {
           float* x = o + i * t.ldq() + h;
-          _mm512_storeu_ps(x, _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(alpha[i])));
+          store(x, mul(load(x), set1(alpha[i])));
         }
     for (long j = lo; j < hi; ++j) {  // e = exp(s - max) where visible, 0 elsewhere
       mask.row(j, ok);
       float* row = sT + (j - lo) * QB;
       for (int u = 0; u < NQ; ++u) {
-        __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * u), mx[u]));
-        e = _mm512_maskz_mov_ps(ok[u], e);
-        _mm512_storeu_ps(row + 16 * u, e);
-        sum[u] = _mm512_add_ps(sum[u], e);
+        vf e = exp_nonpositive(sub(load(row + 16 * u), mx[u]));
+        e = keep(ok[u], e);
+        store(row + 16 * u, e);
+        sum[u] = add(sum[u], e);
       }
     }
     query_major(t, sT, v, o, lo, hi);  // out += e . v, unnormalized
   }
   alignas(64) float m_[QB], s_[QB];
   for (int u = 0; u < NQ; ++u) {
-    _mm512_store_ps(m_ + 16 * u, mx[u]);
-    _mm512_store_ps(s_ + 16 * u, sum[u]);
+    store(m_ + 16 * u, mx[u]);
+    store(s_ + 16 * u, sum[u]);
   }
   for (long i = 0; i < t.rows; ++i) {  // each row divided by its sum (64 x H divides)
     float inv = s_[i] > 0 ? 1.f / s_[i] : 0.f;
@@ -355,24 +372,24 @@ void backward_tile(const Tile& t, const float* q, const float* k, const float* v
   const float* l = lse + (t.b * d.N + t.n) * d.L + t.q0;
   alignas(64) float l_[QB], delta[QB];
   for (long i = 0; i < QB; ++i) {  // delta = rowsum(dout * out)
-    __m512 acc = _mm512_setzero_ps();
+    vf acc = zero();
     if (i < t.rows) {
       const float* o = t.q_rows(out) + i * t.ldq();
       const float* g = t.q_rows(dout) + i * t.ldq();
       for (long h = 0; h < d.H; h += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(o + h), _mm512_loadu_ps(g + h), acc);
+        acc = fmadd(load(o + h), load(g + h), acc);
     }
     l_[i] = i < t.rows ? l[i] : INFINITY;
-    delta[i] = _mm512_reduce_add_ps(acc);
+    delta[i] = reduce_sum(acc);
   }
   pack_transposed(t, q, d.scale, qT);
   pack_transposed(t, dout, 1.f, gT);
   Mask mask(t, qseg, kseg, qidx, kidx);
-  __mmask16 ok[NQ];
-  __m512 lv[NQ], dl[NQ], sc = _mm512_set1_ps(d.scale);
+  lanes ok[NQ];
+  vf lv[NQ], dl[NQ], sc = set1(d.scale);
   for (int u = 0; u < NQ; ++u) {
-    lv[u] = _mm512_load_ps(l_ + 16 * u);
-    dl[u] = _mm512_load_ps(delta + 16 * u);
+    lv[u] = load(l_ + 16 * u);
+    dl[u] = load(delta + 16 * u);
   }
   for (long lo = 0; lo < t.nk; lo += KC) {
     long hi = std::min(t.nk, lo + KC);
@@ -383,11 +400,11 @@ void backward_tile(const Tile& t, const float* q, const float* k, const float* v
       float* srow = sT + (j - lo) * QB;
       float* drow = dT + (j - lo) * QB;
       for (int u = 0; u < NQ; ++u) {
-        __m512 p = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(srow + 16 * u), lv[u]));
-        p = _mm512_maskz_mov_ps(ok[u], p);
-        _mm512_storeu_ps(srow + 16 * u, p);
-        __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(drow + 16 * u), dl[u]);
-        _mm512_storeu_ps(drow + 16 * u, _mm512_maskz_mul_ps(ok[u], _mm512_mul_ps(p, dp), sc));
+        vf p = exp_nonpositive(sub(load(srow + 16 * u), lv[u]));
+        p = keep(ok[u], p);
+        store(srow + 16 * u, p);
+        vf dp = sub(load(drow + 16 * u), dl[u]);
+        store(drow + 16 * u, keep(ok[u], mul(mul(p, dp), sc)));
       }
     }
     query_major(t, dT, k, t.q_rows(dq), lo, hi);  // dq += ds . k
@@ -475,8 +492,8 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<f
     long b = i / d.K, kh = i % d.K;
     for (long s = 0; s < d.S; ++s)  // rows of H floats, K * H apart: stores, not memset calls
       for (long h = 0; h < d.H; h += 16) {
-        _mm512_storeu_ps(dk->typed_data() + ((b * d.S + s) * d.K + kh) * d.H + h, _mm512_setzero_ps());
-        _mm512_storeu_ps(dv->typed_data() + ((b * d.S + s) * d.K + kh) * d.H + h, _mm512_setzero_ps());
+        store(dk->typed_data() + ((b * d.S + s) * d.K + kh) * d.H + h, zero());
+        store(dv->typed_data() + ((b * d.S + s) * d.K + kh) * d.H + h, zero());
       }
     for (long n = kh * G; n < (kh + 1) * G; ++n)
       for (long blk = 0; blk < blocks; ++blk)

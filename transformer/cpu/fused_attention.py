@@ -1,5 +1,6 @@
-"""Fused exact attention for x86 CPUs with AVX-512 (float32): transformer/cpu/fused_attention.cc,
-compiled on first use with the system's C++ compiler and called through XLA's FFI.
+"""Fused exact attention for x86 CPUs with AVX-512 or AVX2 and FMA (float32):
+transformer/cpu/fused_attention.cc, compiled on first use with the system's C++ compiler and
+called through XLA's FFI.
 
 Why a kernel: XLA:CPU writes each block of scores to memory between the q.k product, the
 softmax and the p.v product (and reads them back several times in the backward pass); the
@@ -10,8 +11,8 @@ docs/performance.md).
 The library builds into $TRANSFORMER_KERNEL_CACHE (default ~/.cache/transformer; the temp
 directory if that is not writable), keyed by the source, the compiler flags, jaxlib's
 version and the CPU's feature flags, so an edit or another machine rebuilds it. Where it
-cannot be built (no compiler, no AVX-512, not Linux x86-64) `unavailable()` says why and
-`attention.auto` uses `query_blocks` instead.
+cannot be built (no compiler, neither AVX-512 nor AVX2, not Linux x86-64) `unavailable()`
+says why and `attention.auto` uses `query_blocks` instead.
 """
 
 import ctypes
@@ -32,6 +33,7 @@ import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
 
 SOURCE = pathlib.Path(__file__).with_suffix(".cc")
+HEADER = SOURCE.with_name("vector16.h")  # its 16-float vector operations (AVX-512 or AVX2)
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
 QUERY_TILE = 64  # queries per tile (QB in the source)
 _TARGETS = {"fwd": "TransformerAttentionForward", "bwd": "TransformerAttentionBackward"}
@@ -45,6 +47,15 @@ def _cpu_flags() -> str:
   return next((line for line in text.splitlines() if line.startswith("flags")), "")
 
 
+def _flags() -> tuple[str, ...]:
+  """The compiler flags. TRANSFORMER_KERNEL_ISA=avx2 builds the AVX2 code on a CPU that has
+  AVX-512 too (the tests check both instruction sets' code wherever the CPU runs both)."""
+  isa = os.environ.get("TRANSFORMER_KERNEL_ISA", "")
+  if isa not in ("", "avx2"):
+    raise RuntimeError(f"TRANSFORMER_KERNEL_ISA={isa!r}: use 'avx2' or leave it unset")
+  return _FLAGS + (("-mno-avx512f",) if isa == "avx2" else ())
+
+
 def cache_dir() -> pathlib.Path:
   default = pathlib.Path.home() / ".cache" / "transformer"
   return pathlib.Path(os.environ.get("TRANSFORMER_KERNEL_CACHE", default))
@@ -55,8 +66,9 @@ def _build() -> pathlib.Path:
   cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
   if cxx is None:
     raise RuntimeError("no C++ compiler found (set CXX)")
-  key = hashlib.sha256("\0".join([SOURCE.read_text(), cxx, *_FLAGS, _cpu_flags(),
-                                  jax.lib.__version__]).encode()).hexdigest()[:16]
+  flags = _flags()
+  parts = [SOURCE.read_text(), HEADER.read_text(), cxx, *flags, _cpu_flags(), jax.lib.__version__]
+  key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
   name = f"cpu_attention-{key}.so"
   # A read-only home (some clusters, CI sandboxes) falls back to the temp directory.
   dirs = [cache_dir(), pathlib.Path(tempfile.gettempdir()) / f"transformer-{os.getuid()}"]
@@ -77,7 +89,7 @@ def _build() -> pathlib.Path:
   os.close(fd)
   path = directory / name
   start = time.perf_counter()
-  cmd = [cxx, *_FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
+  cmd = [cxx, *flags, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
   result = subprocess.run(cmd, capture_output=True, text=True)
   if result.returncode:
     os.unlink(tmp)
@@ -94,8 +106,9 @@ def unavailable() -> str | None:
   if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
     return f"the fused CPU kernel needs Linux on x86-64 (this is {platform.system()} " \
            f"{platform.machine()})"
-  if " avx512f" not in _cpu_flags():
-    return "the fused CPU kernel needs a CPU with AVX-512 (avx512f)"
+  flags = _cpu_flags().split()
+  if "avx512f" not in flags and not {"avx2", "fma"} <= set(flags):
+    return "the fused CPU kernel needs a CPU with AVX-512 (avx512f) or AVX2 and FMA"
   try:
     lib = ctypes.cdll.LoadLibrary(str(_build()))
   except (RuntimeError, OSError) as e:

@@ -60,7 +60,7 @@ AUTO_TABLE = (
     ("gpu", HALF, "cudnn", "structured"),     # causal, right padding, causal window, bias
     ("gpu", HALF, "pallas_gpu", None),        # packed segments (causal), no bias or window
     ("gpu", HALF, "cudnn", None),             # the rest: prefix, packing + bias, via the mask
-    ("cpu", ("float32",), "fused_cpu", "query_tile"),  # AVX-512, no bias/window/prefix
+    ("cpu", ("float32",), "fused_cpu", "query_tile"),  # AVX-512/AVX2, no bias/window/prefix
     (None, None, "chunked", "large"),         # long sequences anywhere
     ("cpu", None, "query_blocks", None),
     (None, None, "dense", None),

@@ -105,8 +105,9 @@ def masked_attention(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, implementa
 
 
 def fused_cpu(q_BLNH, k_BSKH, v_BSKH, layout, terms, *, scale, cfg):
-  """The fused CPU kernel (transformer/cpu/fused_attention.cc: AVX-512, float32): each tile of 64
-  queries keeps its scores in cache, the backward pass recomputes them (FlashAttention-2)."""
+  """The fused CPU kernel (transformer/cpu/fused_attention.cc: AVX-512 or AVX2, float32): each
+  tile of 64 queries keeps its scores in cache, the backward pass recomputes them
+  (FlashAttention-2)."""
   if (why := fused_attention.refusal(q_BLNH, k_BSKH, layout, terms)) is not None:
     raise ValueError(f"model.attention='fused_cpu': {why}; use 'auto' or 'query_blocks'.")
   out = fused_attention.attention(q_BLNH, k_BSKH, v_BSKH, layout, scale=scale)
