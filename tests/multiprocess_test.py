@@ -49,9 +49,7 @@ def test_two_processes_agree_with_one(tmp_path, tmp_path_factory):
            "--num_processes", "2", "--process_id", str(i)),
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
       cwd=os.path.dirname(HERE)) for i in range(2)]
-  outs = [p.communicate(timeout=600) for p in procs]
-  for p, (_, err) in zip(procs, outs):
-    assert p.returncode == 0, err[-3000:]
+  outs = _wait_both(procs)
   together = json.loads(outs[0][0].strip().splitlines()[-1])
 
   steps = sorted(reference["losses"])
@@ -94,9 +92,18 @@ def _two(workdir, data_dir, env, sets, first=()):
       cmd += ["--set", s]
     procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, env=env, cwd=os.path.dirname(HERE)))
+  return _wait_both(procs)
+
+
+def _wait_both(procs):
+  """Both processes' (stdout, stderr) once both exited 0. A failure shows both processes'
+  ends: one's error is often the other's hang (a barrier that timed out names the process
+  that never reached it)."""
   outs = [p.communicate(timeout=600) for p in procs]
-  for p, (_, err) in zip(procs, outs):
-    assert p.returncode == 0, err[-3000:]
+  report = "\n".join(f"--- process {i} (exit {p.returncode}) stdout:\n{out[-1500:]}\n"
+                     f"--- process {i} stderr:\n{err[-2000:]}"
+                     for i, (p, (out, err)) in enumerate(zip(procs, outs)))
+  assert all(p.returncode == 0 for p in procs), report
   return outs
 
 
