@@ -106,8 +106,8 @@ def unavailable() -> str | None:
   if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
     return f"the fused CPU kernel needs Linux on x86-64 (this is {platform.system()} " \
            f"{platform.machine()})"
-  flags = _cpu_flags().split()
-  if "avx512f" not in flags and not {"avx2", "fma"} <= set(flags):
+  cpu = set(_cpu_flags().split())
+  if "avx512f" not in cpu and not {"avx2", "fma"} <= cpu:
     return "the fused CPU kernel needs a CPU with AVX-512 (avx512f) or AVX2 and FMA"
   try:
     lib = ctypes.cdll.LoadLibrary(str(_build()))
