@@ -9,10 +9,19 @@
 #
 # Run it from a frozen copy of the code (git worktree add ../frozen <commit>) so that edits
 # to the checkout never change a sweep midway; the step lines below say when each started.
+#
+# The sweep outlives its machine through its records (experiments/records.py): after every
+# finished unit of work the runs' summaries, configs and cached evaluations are copied to
+# $RECORDS (default experiments/records; commit them), and a start on a new machine first
+# restores them into $RUNS, so every finished run is skipped and never loaded. Keep $RUNS and
+# the frozen commit the same across machines: a finished run is checked against the config
+# that trained it. The language models are probed one at a time, right after each trains, so
+# nothing needs a checkpoint that the machine may not keep.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 RUNS=${RUNS:-runs/experiments}
+RECORDS=${RECORDS:-experiments/records}
 R=experiments
 
 step() { echo "== $(date -u +%FT%TZ) $*"; }
@@ -22,9 +31,52 @@ publish() {  # publish WORKDIR DEST [PREFIX]: the workdir's result files, rename
     [ -f "$f" ] && cp "$f" "$2/${3:-}$(basename "$f")"
   done
 }
+save() { mkdir -p "$RUNS"; $PY -m experiments.records save "$RUNS" "$RECORDS"; }
 # Build a dataset once before parallel runs read it (two runs building it at once would race).
 prepare() { $PY -c "from configs import scaling; from transformer import data
 data.describe(scaling.get_config('$1').data)" > /dev/null; }
+
+[ -d "$RECORDS" ] && mkdir -p "$RUNS" && $PY -m experiments.records restore "$RECORDS" "$RUNS"
+
+# Extrapolation and probes (issue 19), grammar_corpus, one trained model at a time: each
+# language model is evaluated and probed as soon as it is trained (and, for the
+# kv_pretrained_schemes' first seed, its LM-pretrained retrieval model trained from it); every
+# scheme's first seed first, then the retrieval models, then the other seeds. The last two
+# commands train nothing: they gather every run's records into the results.
+E=$RUNS/extrapolation/grammar_corpus
+P=$RUNS/probes/grammar_corpus
+SCHEMES="none sinusoidal sinusoidal_unscaled learned rope alibi t5_bias"  # configs/extrapolation.py
+KV_SCHEMES="none sinusoidal learned rope alibi t5_bias"  # configs/probes.py kv_schemes
+PRETRAINED=" rope alibi none "  # configs/probes.py kv_pretrained_schemes
+language_model() {  # language_model SCHEME SEED
+  step "extrapolation and probes: $1 seed $2"
+  $PY -m experiments.extrapolation.run --config configs/extrapolation.py --workdir "$E" \
+      --config.experiment.schemes="$1" --config.experiment.seeds="$2"
+  local pretrained=""
+  [[ "$2" == 0 && "$PRETRAINED" == *" $1 "* ]] && pretrained=$1
+  $PY -m experiments.probes.run --config configs/probes.py --workdir "$P" \
+      --config.experiment.lm_workdir="$E" --config.experiment.schemes="$1" \
+      --config.experiment.seeds="$2" --config.experiment.kv_schemes= \
+      --config.experiment.kv_pretrained_schemes="$pretrained"
+  save
+}
+for scheme in $SCHEMES; do language_model "$scheme" 0; done
+for scheme in $KV_SCHEMES; do
+  step "retrieval model: $scheme"
+  $PY -m experiments.probes.run --config configs/probes.py --workdir "$P" \
+      --config.experiment.lm_workdir="$E" --config.experiment.schemes="$scheme" \
+      --config.experiment.seeds=0 --config.experiment.kv_schemes="$scheme" \
+      --config.experiment.kv_pretrained_schemes=
+  save
+done
+for seed in 1 2; do for scheme in $SCHEMES; do language_model "$scheme" "$seed"; done; done
+step "extrapolation and probes: results"
+$PY -m experiments.extrapolation.run --config configs/extrapolation.py --workdir "$E"
+publish "$E" "$R/extrapolation/results/grammar_corpus"
+$PY -m experiments.probes.run --config configs/probes.py --workdir "$P" \
+    --config.experiment.lm_workdir="$E"
+publish "$P" "$R/probes/results/grammar_corpus"
+save
 
 # Scaling (issue 18), grammar_corpus: learning rates per size, then the corrected IsoFLOP grid.
 S=$RUNS/scaling/grammar_corpus
@@ -32,31 +84,21 @@ OUT=$R/scaling/results/grammar_corpus
 prepare design=corrected
 step scaling lr sweep
 $PY -m launch.local --config configs/scaling.py:design=lr_sweep --workdir "$S/lr_sweep" --parallel 2
+save
 $PY -m experiments.scaling.lr_law --workdir "$S/lr_sweep"
 publish "$S/lr_sweep" "$OUT" lr_sweep_
 step scaling corrected grid
 $PY -m launch.local --config configs/scaling.py:design=corrected --workdir "$S/corrected" \
     --parallel 2 --config.sweep.lr_law="$S/lr_sweep/lr_law.json"
+save
 $PY -m experiments.scaling.fit --workdir "$S/corrected" --min_layers 2
 publish "$S/corrected" "$OUT"
-
-# Extrapolation and probes (issue 19), grammar_corpus.
-step extrapolation grammar_corpus
-$PY -m experiments.extrapolation.run --config configs/extrapolation.py \
-    --workdir "$RUNS/extrapolation/grammar_corpus"
-publish "$RUNS/extrapolation/grammar_corpus" "$R/extrapolation/results/grammar_corpus"
-# The probes reuse the extrapolation's language models; their retrieval models (every scheme,
-# and the LM-pretrained ones: train.init_from those LMs) train to the stated criterion here.
-step probes grammar_corpus
-$PY -m experiments.probes.run --config configs/probes.py \
-    --workdir "$RUNS/probes/grammar_corpus" \
-    --config.experiment.lm_workdir="$RUNS/extrapolation/grammar_corpus"
-publish "$RUNS/probes/grammar_corpus" "$R/probes/results/grammar_corpus"
 
 # The ablation: the grid with the old settings, then Porian et al.'s corrections one at a time.
 for design in ablation ablation_flops ablation_warmup; do
   step scaling $design
   $PY -m launch.local --config configs/scaling.py:design=$design --workdir "$S/$design" --parallel 2
+  save
 done
 $PY -m experiments.scaling.ablation --out "$OUT" \
     "$S/ablation" "$S/ablation_flops" "$S/ablation_warmup" "$S/corrected"
@@ -65,10 +107,12 @@ $PY -m experiments.scaling.ablation --out "$OUT" \
 step scaling python_stdlib
 $PY -m launch.local --config configs/scaling.py:design=stdlib --workdir "$RUNS/scaling/python_stdlib" \
     --parallel 2 --config.sweep.lr_law="$S/lr_sweep/lr_law.json"
+save
 $PY -m experiments.scaling.fit --workdir "$RUNS/scaling/python_stdlib" --min_layers 2
 publish "$RUNS/scaling/python_stdlib" "$R/scaling/results/python_stdlib"
 step extrapolation python_stdlib
 $PY -m experiments.extrapolation.run --config configs/extrapolation.py:dataset=python_stdlib \
     --workdir "$RUNS/extrapolation/python_stdlib"
 publish "$RUNS/extrapolation/python_stdlib" "$R/extrapolation/results/python_stdlib"
+save
 step done

@@ -22,6 +22,7 @@ import ml_collections
 import numpy as np
 from absl import flags, logging
 
+from experiments import records
 from experiments import results as experiment_results
 from experiments.extrapolation import plots
 from transformer import cli, data, schema
@@ -157,9 +158,14 @@ def check_finished_run(config, run_dir: str, summary: dict) -> None:
   now = checkpoint.flatten(config.to_dict())
   # JSON has no tuples; keys only one side has were added or removed since (the default of
   # an added key keeps the old behaviour), so only keys both sides have are compared.
-  as_json = lambda v: json.loads(json.dumps(v))
+  def as_json(key, value):
+    if key == "train.init_from" and value:
+      # The run it started from, wherever its workdir lies now (records restored on another
+      # machine, experiments/records.py): runs/<scheme>/seed<k>.
+      return "/".join(os.path.normpath(value).split(os.sep)[-3:])
+    return json.loads(json.dumps(value))
   differing = [k for k in sorted(set(saved) & set(now))
-               if k not in BOOKKEEPING_KEYS and as_json(saved[k]) != as_json(now[k])]
+               if k not in BOOKKEEPING_KEYS and as_json(k, saved[k]) != as_json(k, now[k])]
   if differing:
     raise ValueError(
         f"{run_dir} is a finished run of another config ("
@@ -280,7 +286,7 @@ def eval_cache_key(config, variant: str, summary: dict) -> str:
          "eval_lengths": [config.data.seq_len * m for m in _multipliers(config)],
          "sliding_stride_fraction": exp.sliding_stride_fraction,
          "eval_batch_size": exp.eval_batch_size, "version": EVAL_VERSION,
-         "run": {k: summary.get(k) for k in ("step", "final_eval_loss", "wall_time_s")}}
+         "run": records.run_key(summary)}
   return json.dumps(key, sort_keys=True)
 
 
@@ -296,7 +302,7 @@ def evaluate_run(config, run_dir: str, variant: str, stream: np.ndarray,
   key = eval_cache_key(config, variant, summary)
   if key in cache:
     return cache[key]
-  _, model_config, params, _ = checkpoint.load_for_inference(run_dir)
+  _, model_config, params, _ = records.load(run_dir)
   train_length = config.data.seq_len
   exp = config.experiment
   out = {"windows": {}, "windows_sliding": {}, "per_position": None}

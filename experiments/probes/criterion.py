@@ -30,10 +30,11 @@ import numpy as np
 
 from experiments.extrapolation.run import (check_finished_run, parse_overrides, run_dir_of,
                                            scheme_config)
+from experiments import records
 from transformer import data
 from transformer.data import kv_retrieval
 from transformer.inference.scoring import Scorer
-from transformer.training import checkpoint, loop
+from transformer.training import loop
 
 CHECK_VERSION = 1  # bumped when the check's items or scoring change
 
@@ -49,7 +50,7 @@ def check_items(num_pairs: int, count: int, seed: int = 0) -> list[tuple[str, st
 def check_accuracy(run_dir: str, step: int, exp) -> dict:
   """Exact-match accuracy of the run's step-`step` parameters on the check items."""
   from experiments.probes.run import wilson  # noqa: PLC0415 (run imports this module)
-  _, model_config, params, tokenizer = checkpoint.load_for_inference(run_dir, step)
+  _, model_config, params, tokenizer = records.load(run_dir, step)
   items = check_items(exp.kv_train_pairs, exp.kv_check_items, exp.seed)
   _, exact = Scorer(model_config, params).continuation_scores(
       tokenizer, [q + data.PROMPT_SEPARATOR for q, _ in items], [a for _, a in items])
@@ -111,7 +112,7 @@ def attempt_dir(workdir: str, scheme: str, seed: int, index: int) -> str:
   return run_dir if index == 0 else f"{run_dir}_retry{index}"
 
 
-def _summary(run_dir: str) -> dict | None:
+def read_summary(run_dir: str) -> dict | None:
   path = os.path.join(run_dir, "summary.json")
   if not os.path.exists(path):
     return None
@@ -126,7 +127,7 @@ def check_finished(config, workdir: str, scheme: str, seeds, init_from=None,
   for seed in seeds:
     for index, retry in enumerate(attempts(config, scheme)):
       run_dir = attempt_dir(workdir, scheme, seed, index)
-      summary = _summary(run_dir)
+      summary = read_summary(run_dir)
       if summary is not None:
         cfg = attempt_config(config, scheme, seed, retry, summary["step"],
                              init_from(seed) if init_from else "", max_len)
@@ -167,7 +168,7 @@ def _train_attempt(config, workdir, scheme, seed, index, retry, variant, label) 
   run_dir = attempt_dir(workdir, scheme, seed, index)
   checks = []
   for steps in stages(exp):
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     check = _checked(run_dir, exp, steps)
     if check is None and summary is not None and summary["step"] > steps:
       # Trained past this stage before this check existed (its settings changed): checked
@@ -183,7 +184,7 @@ def _train_attempt(config, workdir, scheme, seed, index, retry, variant, label) 
               f" to step {steps} in {run_dir}", flush=True)
         loop.train_and_evaluate(attempt_config(config, scheme, seed, retry, steps, **variant),
                                 run_dir)
-        summary = _summary(run_dir)
+        summary = read_summary(run_dir)
         if summary is None or summary["step"] != steps:  # stopped by a signal; saved
           sys.exit(f"training {label} seed {seed} stopped before step {steps}; re-run the "
                    f"same command to resume")
@@ -197,7 +198,7 @@ def _train_attempt(config, workdir, scheme, seed, index, retry, variant, label) 
   met = bool(checks) and checks[-1]["accuracy"] >= exp.kv_criterion
   return {"retry": index, "settings": retry or "(the scheme's own)", "run_dir": run_dir,
           "checks": checks, "met": met, "step": checks[-1]["step"] if checks else None,
-          "wall_time_s": (_summary(run_dir) or {}).get("wall_time_s")}
+          "wall_time_s": (read_summary(run_dir) or {}).get("wall_time_s")}
 
 
 def train_to_criterion(config, workdir: str, scheme: str, seeds, label: str | None = None,

@@ -150,19 +150,25 @@ def census_summary(model_config, params, tokenizer, exp) -> dict:
           "census_items": items, "notable_heads": notable_heads(stats)}
 
 
-def maps(model_config, params, tokenizer, sentence: str, workdir: str) -> dict:
+def maps(model_config, params, tokenizer, sentence: str) -> dict:
+  """Every layer's word-level attention of one sentence: [heads, words, 1 + words] each."""
   model = models.make_model(model_config)
   spans = word_spans(tokenizer, sentence)
-  layers = _weights(model, params, tokenizer, sentence)
-  words = [w for w, _, _ in spans]
-  paths, row_sums = [], []
-  for i, w in enumerate(layers):
-    matrix = word_matrix(w, spans)
-    row_sums.append(float(np.abs(matrix.sum(-1) - 1).max()))
+  layers = [word_matrix(w, spans) for w in _weights(model, params, tokenizer, sentence)]
+  return {"sentence": sentence, "words": [w for w, _, _ in spans],
+          "layers": [m.round(5).tolist() for m in layers],
+          "max_row_sum_error": max(float(np.abs(m.sum(-1) - 1).max()) for m in layers)}
+
+
+def plot_maps(maps_data: dict, workdir: str) -> dict:
+  """One PNG per layer of maps()' matrices in workdir; the record without the matrices."""
+  words, paths = maps_data["words"], []
+  for i, matrix in enumerate(maps_data["layers"]):
     path = os.path.join(workdir, f"attention_layer{i}.png")
-    attention_maps.plot_heads(matrix, words, path, key_labels=["<s>"] + words,
+    attention_maps.plot_heads(np.asarray(matrix), words, path, key_labels=["<s>"] + words,
                               title=f"layer {i}: word-level attention (row = mean over the "
                                     f"word's tokens, column = sum over them, the space before "
                                     f"a word included)")
     paths.append(os.path.basename(path))
-  return {"sentence": sentence, "pngs": paths, "max_row_sum_error": max(row_sums)}
+  return {"sentence": maps_data["sentence"], "pngs": paths,
+          "max_row_sum_error": maps_data["max_row_sum_error"]}

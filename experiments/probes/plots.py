@@ -164,11 +164,12 @@ def summary(results: dict) -> str:
               f"{u['last_minus_middle']:+.3f} ± {u['last_se']:.3f} | "
               f"{u['ends_minus_middle']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {u['u_shaped']} |")
   lines += ["", f"LM-pretrained rows: {results.get('lm_then_retrieval')}", ""]
-  maps = results["attention_maps"]
-  lines += [f"## Attention maps ({maps['scheme']} model, first seed)", "",
-            f"Sentence: \"{maps['sentence']}\"; PNGs: " + ", ".join(maps["pngs"])
-            + f"; largest |row sum - 1|: {maps.get('max_row_sum_error', 0):.1e}", "",
-            "## Head census (first seed of each scheme; query: the verb's first token, "
+  maps = results.get("attention_maps")
+  if maps:
+    lines += [f"## Attention maps ({maps['scheme']} model, seed {maps.get('seed', 0)})", "",
+              f"Sentence: \"{maps['sentence']}\"; PNGs: " + ", ".join(maps["pngs"])
+              + f"; largest |row sum - 1|: {maps.get('max_row_sum_error', 0):.1e}", ""]
+  lines += ["## Head census (one seed of each scheme; query: the verb's first token, "
             "teacher-forced; weights on the nouns' words)", "",
             "| scheme | measure | layer | head | score |", "| --- | --- | --- | --- | --- |"]
   for scheme, c in results.get("census", {}).items():

@@ -25,6 +25,7 @@ from absl import flags, logging
 
 from experiments.extrapolation.run import (check_schemes, run_dir_of, scheme_config,
                                            seeds_of, train_schemes)
+from experiments import records
 from experiments import results as experiment_results
 from experiments.probes import criterion, heads, plots
 from transformer import cli, data, schema
@@ -38,8 +39,23 @@ EXPERIMENT = "experiments.probes.run"  # recorded in results.json: who wrote it
 
 
 def _load(run_dir, step=None):
-  _, model_config, params, tokenizer = checkpoint.load_for_inference(run_dir, step)
+  _, model_config, params, tokenizer = records.load(run_dir, step)
   return model_config, params, tokenizer
+
+
+# Bumped when a probe's items, scoring or stored form change, so older cached entries (in
+# each run's probes_eval.json, experiments/records.py) are not reused.
+PROBE_VERSION = 1
+
+
+def probe_cached(run_dir: str, summary: dict, probe: str, settings: dict, compute,
+                 step: int | None = None):
+  """A probe's result on one trained run at `step` (default: its last), computed once (the
+  model loaded only then) and read from the run's records afterwards."""
+  step = summary.get("step") if step is None else step
+  key = {"probe": probe, "settings": settings, "version": PROBE_VERSION,
+         "run": records.run_key(summary), "step": step}
+  return records.cached(run_dir, key, lambda: compute(*_load(run_dir, step)))
 
 
 # What the grammar can produce right after a verb: " " before the next word (an adjective
@@ -267,7 +283,8 @@ def run(config, workdir: str) -> None:
   lm_dir = exp.lm_workdir or os.path.join(workdir, "lm")
   lm_config = ml_collections.ConfigDict(config.to_dict())
   check_schemes(lm_config, schemes)
-  check_schemes(kv_config, kv_schemes, "experiment.kv_schemes")
+  if kv_schemes:  # none: the language models' probes alone (run_all.sh, one run at a time)
+    check_schemes(kv_config, kv_schemes, "experiment.kv_schemes")
   criterion.check_settings(exp)
   if pt_schemes:
     check_schemes(kv_config, pt_schemes, "experiment.kv_pretrained_schemes")
@@ -307,14 +324,20 @@ def run(config, workdir: str) -> None:
              "lm_then_retrieval": LM_THEN_RETRIEVAL.format(
                  schemes=", ".join(pt_schemes) or "none", lm_dir=lm_dir),
              "agreement_scoring": "complete words, boundaries " + repr(WORD_BOUNDARIES)}
+  agreement_settings = {"items": exp.agreement_items, "seed": exp.seed,
+                        "boundaries": list(WORD_BOUNDARIES)}
+  census_settings = {"items": exp.census_items, "seed": exp.seed}
   for scheme in schemes:
-    for seed in lm_runs[scheme]:
+    for seed, summary in lm_runs[scheme].items():
       print(f"== probing {scheme} seed {seed}", flush=True)
-      cfg, params, tokenizer = _load(run_dir_of(lm_dir, scheme, seed))
-      results["agreement"].setdefault(scheme, {})[seed] = agreement(
-          Scorer(cfg, params), tokenizer, exp)
-      if seed == min(lm_runs[scheme]):  # the census of every scheme's first seed
-        results["census"][scheme] = heads.census_summary(cfg, params, tokenizer, exp)
+      run_dir = run_dir_of(lm_dir, scheme, seed)
+      results["agreement"].setdefault(scheme, {})[seed] = probe_cached(
+          run_dir, summary, "agreement", agreement_settings,
+          lambda cfg, params, tokenizer: agreement(Scorer(cfg, params), tokenizer, exp))
+      if seed == exp.census_seed:  # the census of one seed per scheme
+        results["census"][scheme] = probe_cached(
+            run_dir, summary, "census", census_settings,
+            lambda cfg, params, tokenizer: heads.census_summary(cfg, params, tokenizer, exp))
   results["agreement_pooled"] = {s: pool_seeds(r) for s, r in results["agreement"].items()}
   for runs, key, suffix in ((kv_runs, "retrieval", ""),
                             (pt_runs, "retrieval_lm_pretrained", " (LM-pretrained)")):
@@ -325,8 +348,14 @@ def run(config, workdir: str) -> None:
         if "run_dir" not in record:  # never trained (no setting met it on the first seed)
           continue
         print(f"== retrieval {scheme}{suffix} seed {seed}", flush=True)
-        cfg, params, tokenizer = _load(record["run_dir"], record["step"])
-        r = retrieval(Scorer(cfg, params), tokenizer, exp, cfg.max_len)
+        settings = {k: exp[k] for k in ("kv_eval_pairs", "kv_positions", "kv_items", "seed",
+                                        "kv_train_pairs")}
+        r = probe_cached(record["run_dir"], criterion.read_summary(record["run_dir"]),
+                         "retrieval", settings,
+                         lambda cfg, params, tokenizer: retrieval(Scorer(cfg, params), tokenizer,
+                                                                  exp, cfg.max_len),
+                         step=record["step"])
+        r = {int(n): row for n, row in r.items()}
         results[key].setdefault(scheme, {})[seed] = r
         record["accuracy_at_training_pairs"] = r.get(exp.kv_train_pairs, {}).get(
             "mean_accuracy")
@@ -337,10 +366,17 @@ def run(config, workdir: str) -> None:
                   if all(r["met"] for r in by_seed.values()))
       for key in ("", "_lm_pretrained")}
 
-  scheme = exp.map_scheme if exp.map_scheme in schemes else schemes[0]
-  cfg, params, tokenizer = _load(run_dir_of(lm_dir, scheme, min(lm_runs[scheme])))
-  results["attention_maps"] = heads.maps(cfg, params, tokenizer, exp.map_sentence, workdir)
-  results["attention_maps"]["scheme"] = scheme
+  # The maps of map_scheme's census seed, when this invocation has that run (a run_all.sh
+  # step that probes one scheme and seed at a time skips them).
+  scheme = exp.map_scheme
+  if exp.census_seed in lm_runs.get(scheme, {}):
+    maps = probe_cached(run_dir_of(lm_dir, scheme, exp.census_seed),
+                        lm_runs[scheme][exp.census_seed], "attention_maps",
+                        {"sentence": exp.map_sentence},
+                        lambda cfg, params, tokenizer: heads.maps(cfg, params, tokenizer,
+                                                                  exp.map_sentence))
+    results["attention_maps"] = heads.plot_maps(maps, workdir) | {"scheme": scheme,
+                                                                  "seed": exp.census_seed}
   experiment_results.write(results, workdir, start, plots.write_all, EXPERIMENT)
 
 

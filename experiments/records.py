@@ -1,0 +1,115 @@
+r"""Per-run records: every evaluation of a trained run cached in its directory, and a copy of
+those small files that can be committed, so that a sweep that outlives its machine resumes on
+another one without the checkpoints.
+
+A run directory (DIR/runs/<scheme>/seed<k>) holds the checkpoints (megabytes each) and a few
+small JSON files: summary.json and config.json (what trained, and that it finished),
+criterion.json (the retrieval models' checks) and one file per evaluation, each a dict keyed
+by everything that determines its numbers (the evaluation's settings and the trained run). A
+run whose summary and evaluations are all there is never loaded: the experiments read the
+cache, skip the training and go on. So the JSON files are the run, as far as the results go.
+
+  python -m experiments.records save RUNS DEST     # RUNS' records -> DEST (to commit)
+  python -m experiments.records restore DEST RUNS  # DEST's records -> RUNS (a new machine)
+
+save copies every record of RUNS that DEST lacks or holds in another version; restore copies
+only what RUNS lacks (a run directory's own files are newer than any copy of them), so neither
+ever loses what the other holds.
+"""
+
+import json
+import os
+import shutil
+import sys
+
+# The small files of a finished run's directory (one with a summary.json) that carry its
+# results: the scaling fits read metrics.jsonl too. Anything else (checkpoints, TensorBoard
+# events, the tokenizer) stays with the machine, and so does every file of an unfinished run,
+# which restarts from its checkpoint or, on another machine, from scratch. A sweep's own
+# sweep.json (its design) is kept wherever it is.
+RECORD_FILES = ("summary.json", "config.json", "metrics.jsonl", "criterion.json",
+                "extrapolation_eval.json", "probes_eval.json")
+SWEEP_FILES = ("sweep.json",)
+
+
+def cached(run_dir: str, key: dict, compute, name: str = "probes_eval.json"):
+  """compute() once per key: the result is kept in run_dir/name under json.dumps(key) and
+  returned from there afterwards (entries of other keys are kept, never reused)."""
+  path = os.path.join(run_dir, name)
+  cache = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      cache = json.load(f)
+  text = json.dumps(key, sort_keys=True)
+  if text not in cache:
+    # Through JSON, so a fresh result reads exactly as a cached one (string keys).
+    cache[text] = json.loads(json.dumps(compute()))
+    with open(path + ".tmp", "w") as f:
+      json.dump(cache, f)
+    os.replace(path + ".tmp", path)  # a kill mid-write leaves the old cache whole
+  return cache[text]
+
+
+def load(run_dir: str, step: int | None = None):
+  """checkpoint.load_for_inference, with a one-line error for a run restored from its
+  records (summary, no checkpoints) that is asked for an evaluation its records lack."""
+  from transformer.training import checkpoint  # noqa: PLC0415 (save/restore need no jax)
+  if (os.path.exists(os.path.join(run_dir, "summary.json"))
+      and not os.path.isdir(os.path.join(run_dir, "checkpoints"))):
+    raise FileNotFoundError(f"{run_dir} holds only its records, not its checkpoints, and they lack an "
+                     f"evaluation this config asks for; delete {run_dir}/summary.json to train "
+                     f"the run again")
+  return checkpoint.load_for_inference(run_dir, step)
+
+
+def run_key(summary: dict) -> dict:
+  """What identifies a trained run in a cache key: its final step, eval loss and wall time,
+  so a run trained again in the same directory never matches its predecessor's entries."""
+  return {k: summary.get(k) for k in ("step", "final_eval_loss", "wall_time_s")}
+
+
+def _records(root: str):
+  """Paths (relative to root) of every record file under root."""
+  for here, dirs, files in os.walk(root):
+    dirs[:] = sorted(d for d in dirs if d != "checkpoints")
+    finished = "summary.json" in files
+    for name in sorted(files):
+      if (finished and name in RECORD_FILES) or name in SWEEP_FILES:
+        yield os.path.relpath(os.path.join(here, name), root)
+
+
+def _same(a: str, b: str) -> bool:
+  with open(a, "rb") as fa, open(b, "rb") as fb:
+    return fa.read() == fb.read()
+
+
+def copy(src: str, dest: str, overwrite: bool) -> list[str]:
+  """Copy src's record files into dest (same relative paths); an existing file in dest is
+  replaced only when `overwrite`. Returns what was copied."""
+  if not os.path.isdir(src):
+    raise ValueError(f"{src} is not a directory of runs; give the --workdir root the "
+                     f"experiments ran in (it holds runs/<scheme>/seed<k>)")
+  copied = []
+  for rel in _records(src):
+    target = os.path.join(dest, rel)
+    if os.path.exists(target) and (not overwrite or _same(os.path.join(src, rel), target)):
+      continue
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    shutil.copyfile(os.path.join(src, rel), target + ".tmp")
+    os.replace(target + ".tmp", target)
+    copied.append(rel)
+  return copied
+
+
+def main(argv) -> None:
+  if len(argv) != 4 or argv[1] not in ("save", "restore"):
+    sys.exit("usage: python -m experiments.records save RUNS DEST | restore DEST RUNS")
+  try:
+    copied = copy(argv[2], argv[3], overwrite=argv[1] == "save")
+  except ValueError as e:
+    sys.exit(f"error: {e}")
+  print(f"{argv[1]}: {len(copied)} record files {argv[2]} -> {argv[3]}")
+
+
+if __name__ == "__main__":
+  main(sys.argv)
