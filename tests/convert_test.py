@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax.linen import meta
 from safetensors.numpy import load_file, save_file
 
-from transformer.schema import model_config, position_config
+from transformer.schema import position_config
 from transformer.interop import hf, hf_families, workdirs
 from transformer.model import models
+from tests.helpers.tiny_models import init_params as _init, ours as _ours
 
 pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
 
@@ -266,33 +266,6 @@ def test_round_trip_from_transformers_is_exact(reference, name, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Without transformers: our parameters -> HF format -> ours, formats and errors.
 
-def _ours(family, **overrides):
-  """A tiny model config of ours that `family` can write."""
-  base = dict(vocab_size=40, d_model=16, num_layers=2, num_heads=4, d_ff=24, max_len=32)
-  per_family = {
-      "gpt2": dict(kind="decoder", position=position_config("learned"), norm="layernorm",
-                   ffn="gelu_tanh", use_bias=True, norm_eps=1e-5),
-      "llama": dict(kind="decoder", position=position_config(
-                        "rope", scaling="yarn", scaling_factor=4.0, original_max_len=16),
-                    num_kv_heads=2, ffn="swiglu", tie_embeddings=False, norm_eps=1e-5),
-      "bert": dict(kind="encoder", position=position_config("learned"), norm="layernorm",
-                   norm_position="post", use_bias=True, embed_norm=True, num_token_types=2,
-                   mlm_transform=True, head_bias=True, pooler=True, norm_eps=1e-12),
-      "t5": dict(kind="encoder_decoder", position=position_config("t5_bias"), ffn="geglu",
-                 head_dim=8, qk_scale=1.0, tie_embeddings=False, num_decoder_layers=1),
-  }
-  return model_config(**{**base, **per_family[family], **overrides})
-
-
-def _init(cfg, seed=0):
-  """Random parameters of the model's shapes, without compiling its init."""
-  model = models.make_model(cfg)
-  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *models.dummy_inputs(cfg)))
-  rng = np.random.RandomState(seed)
-  return {"params": jax.tree.map(lambda s: jnp.asarray(rng.normal(size=s.shape), s.dtype),
-                                 meta.unbox(shapes)["params"])}
-
-
 @pytest.mark.parametrize("family,overrides", [
     ("gpt2", {}), ("llama", dict(scan_layers=True, param_dtype="bfloat16")), ("bert", {}),
     ("t5", {})])
@@ -310,129 +283,6 @@ def test_round_trip_from_ours_is_exact(family, overrides, tmp_path):
     assert a.dtype == b.dtype, path
     np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                   err_msg=jax.tree_util.keystr(path))
-
-
-def test_workdir_round_trip(tmp_path):
-  cfg = _ours("gpt2")
-  variables = _init(cfg)
-  workdirs.save_workdir(cfg, variables, str(tmp_path / "run"))
-  assert os.path.exists(tmp_path / "run" / "config.json")
-  back_cfg, back = workdirs.load_workdir(str(tmp_path / "run"))
-  assert hf._arch(back_cfg) == hf._arch(cfg)
-  jax.tree.map(np.testing.assert_array_equal, back["params"], variables["params"])
-
-
-# Nothing a user saved is lost: a conversion refuses a destination holding a run or a model.
-
-def _snapshot(path):
-  """Every file under `path`, relative name -> bytes."""
-  files = {}
-  for d, _, names in os.walk(path):
-    for name in names:
-      with open(os.path.join(d, name), "rb") as f:
-        files[os.path.relpath(os.path.join(d, name), path)] = f.read()
-  return files
-
-
-def _existing(kind, path):
-  """A directory a user could point a conversion at: a training run (checkpoints, metrics),
-  a Hugging Face export (single file or shards), or one holding someone's notes."""
-  cfg = _ours("gpt2", num_layers=1)
-  if kind == "run":
-    workdirs.save_workdir(cfg, _init(cfg, seed=1), path)
-    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
-      f.write('{"step": 100, "loss": 2.5}\n')
-  elif kind in ("hf", "hf_sharded"):
-    hf.to_hf(cfg, _init(cfg, seed=1), path,
-                  max_shard_bytes=4096 if kind == "hf_sharded" else 5 * 10**9)
-  else:
-    os.makedirs(path)
-    with open(os.path.join(path, "notes.txt"), "w") as f:
-      f.write("keep me")
-  return _snapshot(path)
-
-
-@pytest.mark.parametrize("kind", ["run", "hf", "other"])
-def test_import_refuses_a_directory_that_is_not_empty(kind, tmp_path):
-  """Step 0 saved with keep=1 would prune a run's checkpoints; config.json would be
-  overwritten (the HF source's own, when --to is --from_hf)."""
-  src, dst = str(tmp_path / "hf"), str(tmp_path / kind)
-  if kind == "hf":
-    dst = src
-  before = _existing(kind, dst)
-  if kind != "hf":
-    _existing("hf", src)
-  cfg, variables = hf.from_hf(src)
-  with pytest.raises(FileExistsError, match=r"already exists and is not empty; convert into a "
-                                             r"new directory \(nothing was written\)"):
-    workdirs.save_workdir(cfg, variables, dst, tokenizer_dir=src)
-  assert _snapshot(dst) == before
-
-
-def test_import_into_an_empty_directory(tmp_path):
-  _existing("hf", str(tmp_path / "hf"))
-  os.makedirs(tmp_path / "run")
-  cfg, variables = hf.from_hf(str(tmp_path / "hf"))
-  workdirs.save_workdir(cfg, variables, str(tmp_path / "run"))
-  assert os.path.exists(tmp_path / "run" / "config.json")
-
-
-@pytest.mark.parametrize("kind,held", [
-    ("hf", "config.json, model.safetensors"),
-    ("hf_sharded", "config.json, model-00001-of-"),  # no single file a new one could hide
-    ("run", "checkpoints, config.json")])
-def test_export_refuses_a_directory_holding_a_model(kind, held, tmp_path):
-  dst = str(tmp_path / kind)
-  before = _existing(kind, dst)
-  cfg = _ours("llama", num_layers=1)
-  with pytest.raises(FileExistsError, match=rf"{dst} already holds {held}.*; export to a new "
-                                            r"directory \(nothing was written\)"):
-    hf.to_hf(cfg, _init(cfg), dst)
-  assert _snapshot(dst) == before
-
-
-def test_export_keeps_other_files(tmp_path):
-  """A tokenizer put in the destination first is no obstacle, and is left as it was."""
-  with open(tmp_path / "tokenizer.json", "w") as f:
-    f.write("{}")
-  cfg = _ours("llama", num_layers=1)
-  hf.to_hf(cfg, _init(cfg), str(tmp_path))
-  assert (tmp_path / "tokenizer.json").read_text() == "{}"
-  assert os.path.exists(tmp_path / "model.safetensors")
-
-
-@pytest.mark.parametrize("case", ["import_into_run", "export_into_run", "missing_flag",
-                                  "not_writable"])
-def test_command_line_errors_are_one_line(case, tmp_path):
-  """Refusals, input mistakes and a flag left out: one line on stderr, exit 1, and nothing a
-  user saved is touched."""
-  import subprocess
-  import sys
-  run, hf = str(tmp_path / "run"), str(tmp_path / "hf")
-  if case == "not_writable":  # a run whose model no HF family expresses
-    cfg = _ours("llama", num_layers=1, ffn="gelu")
-    workdirs.save_workdir(cfg, _init(cfg), run)
-    before = _snapshot(run)
-  else:
-    before = _existing("run", run)
-    _existing("hf", hf)
-  args, message = {
-      "import_into_run": (["--from_hf", hf, "--to", run],
-                          f"{run} already exists and is not empty; convert into a new directory"),
-      "export_into_run": (["--from", run, "--to_hf", run],
-                          f"{run} already holds checkpoints, config.json; export to a new"),
-      "missing_flag": (["--from_hf", hf], "use --from_hf SRC_DIR --to WORKDIR, or --from"),
-      "not_writable": (["--from", run, "--to_hf", str(tmp_path / "out")],
-                       "llama uses a gated feed-forward; model.ffn='gelu' is not one"),
-  }[case]
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  done = subprocess.run([sys.executable, "-m", "transformer.convert", *args], cwd=root,
-                        capture_output=True, text=True)
-  assert done.returncode == 1, done.stderr
-  assert done.stderr.strip().startswith("error: ") and message in done.stderr, done.stderr
-  assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-  assert _snapshot(run) == before
-  assert not os.path.exists(tmp_path / "out")
 
 
 @pytest.fixture
