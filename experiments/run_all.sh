@@ -41,8 +41,8 @@ data.describe(scaling.get_config('$1').data)" > /dev/null; }
 # Extrapolation and probes (issue 19), grammar_corpus, one trained model at a time: each
 # language model is evaluated and probed as soon as it is trained (and, for the
 # kv_pretrained_schemes' first seed, its LM-pretrained retrieval model trained from it); every
-# scheme's first seed first, then the retrieval models, then the other seeds. The last two
-# commands train nothing: they gather every run's records into the results.
+# scheme's first seed first, then the other seeds, then the retrieval models. The results
+# steps train nothing: they gather every run's records.
 E=$RUNS/extrapolation/grammar_corpus
 P=$RUNS/probes/grammar_corpus
 SCHEMES="none sinusoidal sinusoidal_unscaled learned rope alibi t5_bias"  # configs/extrapolation.py
@@ -61,6 +61,10 @@ language_model() {  # language_model SCHEME SEED
   save
 }
 for scheme in $SCHEMES; do language_model "$scheme" 0; done
+for seed in 1 2; do for scheme in $SCHEMES; do language_model "$scheme" "$seed"; done; done
+step "extrapolation: results"  # trains nothing: gathers the runs' records
+$PY -m experiments.extrapolation.run --config configs/extrapolation.py --workdir "$E"
+publish "$E" "$R/extrapolation/results/grammar_corpus"
 for scheme in $KV_SCHEMES; do
   step "retrieval model: $scheme"
   $PY -m experiments.probes.run --config configs/probes.py --workdir "$P" \
@@ -69,10 +73,7 @@ for scheme in $KV_SCHEMES; do
       --config.experiment.kv_pretrained_schemes=
   save
 done
-for seed in 1 2; do for scheme in $SCHEMES; do language_model "$scheme" "$seed"; done; done
-step "extrapolation and probes: results"
-$PY -m experiments.extrapolation.run --config configs/extrapolation.py --workdir "$E"
-publish "$E" "$R/extrapolation/results/grammar_corpus"
+step "probes: results"  # trains nothing either
 $PY -m experiments.probes.run --config configs/probes.py --workdir "$P" \
     --config.experiment.lm_workdir="$E"
 publish "$P" "$R/probes/results/grammar_corpus"
