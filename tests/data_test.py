@@ -480,20 +480,3 @@ def test_cross_document_rows_are_one_stream(tmp_path):
   with pytest.raises(ValueError, match="cross_document needs"):
     data.validate(cfg, "lm")
 
-
-def test_kv_retrieval_variable_pairs():
-  import random
-  from transformer.data import kv_retrieval
-  rng = random.Random(0)
-  sizes = set()
-  for _ in range(200):
-    inputs, target = kv_retrieval.item(rng, 32, min_pairs=2)
-    pairs = inputs.split(" ? ")[0].split(" ")
-    sizes.add(len(pairs))
-    assert all(len(p) == len("k000:v000") for p in pairs)  # the width of 32 pairs
-    key = inputs.split(" ? ")[1]
-    assert f"{key}:{target}" in pairs
-    assert len(inputs) <= kv_retrieval.max_chars(32)
-  assert min(sizes) == 2 and max(sizes) == 32
-  with pytest.raises(ValueError, match="min_pairs"):
-    kv_retrieval.item(rng, 4, min_pairs=5)
