@@ -13,7 +13,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from transformer import data
-from transformer.data import builders, grammar, kv_retrieval, featurize, pipeline, sources
+from transformer.data import builders, grammar, kv_retrieval, featurize, sources
 
 
 def _config(tmp, **overrides):
