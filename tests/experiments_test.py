@@ -113,13 +113,19 @@ def test_probes_outputs(extrapolation, tmp_path):
   maps = results["attention_maps"]
   assert maps["pngs"] and all((tmp_path / "probes" / p).exists() for p in maps["pngs"])
   assert maps["max_row_sum_error"] < 1e-4
-  # The LM-pretrained variant (tiny: rope): the LM run of the same scheme and seed, then
-  # retrieval from its parameters, evaluated like the others.
+  # The LM-pretrained variant (tiny: rope): the LM run of the same scheme and seed, then the
+  # retrieval warm-up from its parameters, then retrieval from the warm-up's, evaluated like
+  # the others.
   pretrained = tmp_path / "probes" / "kv_lm" / "runs" / "rope" / "seed0"
+  warm = json.loads((tmp_path / "probes" / "kv_lm" / "runs" / "rope" / "seed0_warm"
+                     / "config.json").read_text())
   saved = json.loads((pretrained / "config.json").read_text())
   lm_run = json.loads((lm_workdir / "runs" / "rope" / "seed0" / "config.json").read_text())
-  assert saved["train"]["init_from"] == str(lm_workdir / "runs" / "rope" / "seed0")
-  assert saved["model"] == lm_run["model"] and saved["data"]["name"] == "kv_retrieval"
+  assert warm["train"]["init_from"] == str(lm_workdir / "runs" / "rope" / "seed0")
+  assert (warm["data"]["num_pairs"], warm["data"]["min_pairs"]) == (2, 0)
+  assert saved["train"]["init_from"] == str(pretrained) + "_warm"
+  assert saved["model"] == lm_run["model"] == warm["model"]
+  assert saved["data"]["name"] == "kv_retrieval" and saved["data"]["min_pairs"] == 2
   assert set(results["retrieval_lm_pretrained"]) == {"rope"}
   for row in results["retrieval_lm_pretrained"]["rope"]["0"].values():
     for cell in row.get("accuracy_by_position", {}).values():

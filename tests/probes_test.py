@@ -101,6 +101,15 @@ def test_criterion_loop_extends_retries_caches_and_resumes(lm, tmp_path):
   assert _summary(kv / "seed0")["step"] == 4 and _summary(kv / "seed0_retry1")["step"] == 4
   retry_config = json.loads((kv / "seed0_retry1" / "config.json").read_text())
   assert retry_config["opt"]["lr"] == 1e-2 and retry_config["opt"]["schedule"] == "rsqrt"
+  # Each attempt starts from its own warm-up (2 steps on 2 pairs, with its own settings).
+  for attempt, lr in (("seed0", 1e-3), ("seed0_retry1", 1e-2)):
+    warm_config = json.loads((kv / f"{attempt}_warm" / "config.json").read_text())
+    assert warm_config["opt"]["lr"] == lr and warm_config["data"]["num_pairs"] == 2
+    assert _summary(kv / f"{attempt}_warm")["step"] == 2
+    config = json.loads((kv / attempt / "config.json").read_text())
+    assert config["train"]["init_from"] == str(kv / f"{attempt}_warm")
+  assert [a["warm"]["steps"] for a in record["attempts"]] == [2, 2]
+  assert "warm-up of 2 steps on items of 2 pairs" in (workdir / "results.md").read_text()
   assert results["retrieval_compared"][""] == []
   assert "rope" in results["retrieval"]  # evaluated and shown, marked as a failure
   md = (workdir / "results.md").read_text()
@@ -114,7 +123,7 @@ def test_criterion_loop_extends_retries_caches_and_resumes(lm, tmp_path):
                          "--config.experiment.kv_criterion=0.0",
                          "--config.experiment.kv_retry.rope=opt.lr=1e-2")
   record = results["retrieval_criterion"]["rope"]["0"]
-  assert "== training" not in out
+  assert "== training" not in out and "== warm-up" not in out
   assert record["met"] is True and record["steps_to_criterion"] == 2 and record["step"] == 2
   assert record["run_dir"].endswith("seed0") and len(record["attempts"]) == 1
   assert results["retrieval_compared"][""] == ["rope"]

@@ -10,6 +10,14 @@ entries separated by "|"), each a new run on the first seed; the other seeds tra
 settings that met the criterion, and not at all when none did. A scheme that never meets it
 is a training failure: reported, never compared.
 
+With kv_warm_steps > 0 every attempt first trains a warm-up run, kv_warm_steps on items of
+exactly kv_warm_pairs pairs with the attempt's settings, in "<attempt dir>_warm", and its
+stages start from those parameters (train.init_from; fresh optimizer and schedule). Models
+trained on 2-32 pairs from the start stay at chance for thousands of steps, while 4-pair
+items leave the plateau within a few hundred (experiments/probes/README.md); the LM-pretrained
+variant's warm-up starts from the language model. The warm-up is part of every reported
+step count ("steps_to_criterion" counts the stages only; "warm" says what came before).
+
 The schedule of the retrieval models is rsqrt (configs/probes.py), which does not depend on
 train.steps, so a run resumed with more steps trains exactly as one given those steps from
 the start would have, and "steps to criterion" means what it says.
@@ -79,6 +87,11 @@ def check_settings(exp) -> None:
   if int(exp.kv_check_items) < 1:
     raise ValueError(f"experiment.kv_check_items={exp.kv_check_items}: need >= 1 (the "
                      f"criterion is stated for >= 500)")
+  warm_steps, warm_pairs = int(exp.get("kv_warm_steps", 0)), int(exp.get("kv_warm_pairs", 0))
+  if warm_steps < 0 or (warm_steps and not 1 <= warm_pairs <= int(exp.kv_train_pairs)):
+    raise ValueError(f"experiment.kv_warm_steps={warm_steps}, kv_warm_pairs={warm_pairs}: "
+                     f"need kv_warm_steps >= 0 (0: no warm-up) and 1 <= kv_warm_pairs <= "
+                     f"kv_train_pairs={exp.kv_train_pairs}")
 
 
 def attempts(config, scheme: str) -> list[str]:
@@ -112,6 +125,36 @@ def attempt_dir(workdir: str, scheme: str, seed: int, index: int) -> str:
   return run_dir if index == 0 else f"{run_dir}_retry{index}"
 
 
+def warm_config(config, scheme: str, seed: int, retry: str, init_from: str = "",
+                max_len: int | None = None):
+  """The warm-up run's config: the attempt's, on items of exactly kv_warm_pairs pairs for
+  kv_warm_steps steps (starting from init_from: the LM for the LM-pretrained variant)."""
+  exp = config.experiment
+  out = attempt_config(config, scheme, seed, retry, int(exp.kv_warm_steps), init_from, max_len)
+  out.data.num_pairs = int(exp.kv_warm_pairs)
+  out.data.min_pairs = 0
+  return out
+
+
+def _warmed(config, workdir, scheme, seed, index, retry, variant, label) -> dict:
+  """The attempt's variant with init_from its warm-up run (trained here if unfinished), or
+  the variant unchanged when kv_warm_steps is 0."""
+  exp = config.experiment
+  if not int(exp.get("kv_warm_steps", 0)):
+    return variant
+  warm_dir = attempt_dir(workdir, scheme, seed, index) + "_warm"
+  cfg = warm_config(config, scheme, seed, retry, **variant)
+  summary = read_summary(warm_dir)
+  if summary is None or summary["step"] != cfg.train.steps:
+    print(f"== warm-up of {label} seed {seed}: {cfg.train.steps} steps on {exp.kv_warm_pairs} "
+          f"pairs in {warm_dir}", flush=True)
+    loop.train_and_evaluate(cfg, warm_dir)
+    if (read_summary(warm_dir) or {}).get("step") != cfg.train.steps:
+      sys.exit(f"the warm-up of {label} seed {seed} stopped early; re-run the same command "
+               f"to resume")
+  return {**variant, "init_from": warm_dir}
+
+
 def read_summary(run_dir: str) -> dict | None:
   path = os.path.join(run_dir, "summary.json")
   if not os.path.exists(path):
@@ -124,13 +167,20 @@ def check_finished(config, workdir: str, scheme: str, seeds, init_from=None,
                    max_len: int | None = None) -> None:
   """Refuse, before anything trains, a finished stage of any attempt that was trained with
   other settings than these (train.steps aside: stages differ only in it)."""
+  warm = int(config.experiment.get("kv_warm_steps", 0))
   for seed in seeds:
     for index, retry in enumerate(attempts(config, scheme)):
       run_dir = attempt_dir(workdir, scheme, seed, index)
+      source = init_from(seed) if init_from else ""
+      if warm:
+        summary = read_summary(run_dir + "_warm")
+        if summary is not None:
+          check_finished_run(warm_config(config, scheme, seed, retry, source, max_len),
+                             run_dir + "_warm", summary)
+        source = run_dir + "_warm"
       summary = read_summary(run_dir)
       if summary is not None:
-        cfg = attempt_config(config, scheme, seed, retry, summary["step"],
-                             init_from(seed) if init_from else "", max_len)
+        cfg = attempt_config(config, scheme, seed, retry, summary["step"], source, max_len)
         check_finished_run(cfg, run_dir, summary)
 
 
@@ -167,6 +217,8 @@ def _train_attempt(config, workdir, scheme, seed, index, retry, variant, label) 
   exp = config.experiment
   run_dir = attempt_dir(workdir, scheme, seed, index)
   checks = []
+  # A warm-up finishes before its attempt starts, so this trains only for a new attempt.
+  variant = _warmed(config, workdir, scheme, seed, index, retry, variant, label)
   for steps in stages(exp):
     summary = read_summary(run_dir)
     check = _checked(run_dir, exp, steps)
@@ -196,7 +248,11 @@ def _train_attempt(config, workdir, scheme, seed, index, retry, variant, label) 
     if check["accuracy"] >= exp.kv_criterion:
       break
   met = bool(checks) and checks[-1]["accuracy"] >= exp.kv_criterion
+  warm = read_summary(run_dir + "_warm") if int(exp.get("kv_warm_steps", 0)) else None
   return {"retry": index, "settings": retry or "(the scheme's own)", "run_dir": run_dir,
+          "warm": warm and {"run_dir": run_dir + "_warm", "steps": warm["step"],
+                            "pairs": int(exp.kv_warm_pairs),
+                            "wall_time_s": warm.get("wall_time_s")},
           "checks": checks, "met": met, "step": checks[-1]["step"] if checks else None,
           "wall_time_s": (read_summary(run_dir) or {}).get("wall_time_s")}
 

@@ -96,7 +96,10 @@ def _criterion_lines(results: dict) -> list[str]:
            f"of {results['kv_train_pairs']} pairs, queried at uniform positions, checked after "
            f"steps {results.get('kv_stages')} (the last is the cap); a run below it at the cap "
            f"is retried with experiment.kv_retry on the first seed. Schemes that never meet it"
-           f" are training failures and are not compared.", "",
+           f" are training failures and are not compared."
+           + (f" Every attempt starts from a warm-up of {results['kv_warm_steps']} steps on "
+              f"items of {results.get('kv_warm_pairs')} pairs (not counted in the steps)."
+              if results.get("kv_warm_steps") else ""), "",
            "| scheme | seed | criterion met | steps to criterion | settings | checks "
            "(step: accuracy) |", "| --- | --- | --- | --- | --- | --- |"]
   for key, suffix, _ in RETRIEVAL_VARIANTS:

@@ -321,6 +321,7 @@ def run(config, workdir: str) -> None:
              "kv_train_pairs": exp.kv_train_pairs, "kv_min_pairs": exp.kv_min_pairs,
              "kv_criterion": exp.kv_criterion, "kv_check_items": exp.kv_check_items,
              "kv_stages": criterion.stages(exp), "kv_retry": exp.kv_retry.to_dict(),
+             "kv_warm_steps": exp.kv_warm_steps, "kv_warm_pairs": exp.kv_warm_pairs,
              "lm_then_retrieval": LM_THEN_RETRIEVAL.format(
                  schemes=", ".join(pt_schemes) or "none", lm_dir=lm_dir),
              "agreement_scoring": "complete words, boundaries " + repr(WORD_BOUNDARIES)}
