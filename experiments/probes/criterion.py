@@ -12,11 +12,11 @@ is a training failure: reported, never compared.
 
 With kv_warm_steps > 0 every attempt first trains a warm-up run, kv_warm_steps on items of
 exactly kv_warm_pairs pairs with the attempt's settings, in "<attempt dir>_warm", and its
-stages start from those parameters (train.init_from; fresh optimizer and schedule). Models
-trained on 2-32 pairs from the start stay at chance for thousands of steps, while 4-pair
-items leave the plateau within a few hundred (experiments/probes/README.md); the LM-pretrained
-variant's warm-up starts from the language model. The warm-up is part of every reported
-step count ("steps_to_criterion" counts the stages only; "warm" says what came before).
+stages start from those parameters (train.init_from; fresh optimizer and schedule). Trained
+on 2-32 pairs from the start every model stayed at chance for 2000 steps; ALiBi learns 4-pair
+items in 1000 and carries the lookup to 2-32 pairs (experiments/probes/README.md). The
+LM-pretrained variant's warm-up starts from the language model. "steps_to_criterion" counts
+the stages only; each attempt's record says what came before it ("warm").
 
 The schedule of the retrieval models is rsqrt (configs/probes.py), which does not depend on
 train.steps, so a run resumed with more steps trains exactly as one given those steps from
