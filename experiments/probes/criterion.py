@@ -125,6 +125,11 @@ def attempt_dir(workdir: str, scheme: str, seed: int, index: int) -> str:
   return run_dir if index == 0 else f"{run_dir}_retry{index}"
 
 
+def warm_dir_of(run_dir: str) -> str:
+  """Where an attempt's warm-up run lives: beside it, "<attempt dir>_warm"."""
+  return run_dir + "_warm"
+
+
 def warm_config(config, scheme: str, seed: int, retry: str, init_from: str = "",
                 max_len: int | None = None):
   """The warm-up run's config: the attempt's, on items of exactly kv_warm_pairs pairs for
@@ -142,7 +147,7 @@ def _warmed(config, workdir, scheme, seed, index, retry, variant, label) -> dict
   exp = config.experiment
   if not int(exp.get("kv_warm_steps", 0)):
     return variant
-  warm_dir = attempt_dir(workdir, scheme, seed, index) + "_warm"
+  warm_dir = warm_dir_of(attempt_dir(workdir, scheme, seed, index))
   cfg = warm_config(config, scheme, seed, retry, **variant)
   summary = read_summary(warm_dir)
   if summary is None or summary["step"] != cfg.train.steps:
@@ -173,11 +178,11 @@ def check_finished(config, workdir: str, scheme: str, seeds, init_from=None,
       run_dir = attempt_dir(workdir, scheme, seed, index)
       source = init_from(seed) if init_from else ""
       if warm:
-        summary = read_summary(run_dir + "_warm")
+        summary = read_summary(warm_dir_of(run_dir))
         if summary is not None:
           check_finished_run(warm_config(config, scheme, seed, retry, source, max_len),
-                             run_dir + "_warm", summary)
-        source = run_dir + "_warm"
+                             warm_dir_of(run_dir), summary)
+        source = warm_dir_of(run_dir)
       summary = read_summary(run_dir)
       if summary is not None:
         cfg = attempt_config(config, scheme, seed, retry, summary["step"], source, max_len)
@@ -248,9 +253,9 @@ def _train_attempt(config, workdir, scheme, seed, index, retry, variant, label) 
     if check["accuracy"] >= exp.kv_criterion:
       break
   met = bool(checks) and checks[-1]["accuracy"] >= exp.kv_criterion
-  warm = read_summary(run_dir + "_warm") if int(exp.get("kv_warm_steps", 0)) else None
+  warm = read_summary(warm_dir_of(run_dir)) if int(exp.get("kv_warm_steps", 0)) else None
   return {"retry": index, "settings": retry or "(the scheme's own)", "run_dir": run_dir,
-          "warm": warm and {"run_dir": run_dir + "_warm", "steps": warm["step"],
+          "warm": warm and {"run_dir": warm_dir_of(run_dir), "steps": warm["step"],
                             "pairs": int(exp.kv_warm_pairs),
                             "wall_time_s": warm.get("wall_time_s")},
           "checks": checks, "met": met, "step": checks[-1]["step"] if checks else None,
