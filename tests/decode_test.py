@@ -152,6 +152,32 @@ def test_loop_compiles_once_sampling_is_seeded_and_top_filters_reduce_to_greedy(
   assert len(calls) == 1
 
 
+def test_bucket_lengths_cover_every_length_with_few_shapes():
+  for n in range(1, 700):
+    b = decode.bucket_length(n)
+    assert n <= b and (b <= 64 and b & (b - 1) == 0 or b % 64 == 0 and b - n < 64)
+  assert len({decode.bucket_length(n) for n in range(1, 1025)}) == 4 + 15  # 8..64, 128..1024
+
+
+def test_prompts_of_one_bucket_share_a_compiled_loop_and_match_their_own_padding():
+  _, model, params = built("decoder", "alibi")
+  gen = functools.partial(decode.generate, model, params, max_new_tokens=5, stop_tokens=())
+  before = decode._generate._cache_size()  # pylint: disable=protected-access
+  prompts = [[1, 3, 4], [1, 3, 4, 5, 6], [1, 3, 4, 5, 6, 7, 8]]  # 3, 5 and 7 tokens: bucket 8
+  outs = [gen([p]) for p in prompts]
+  assert decode._generate._cache_size() - before == 1  # pylint: disable=protected-access
+  # The bucket's pads are masked: the batch of all three gives each row's tokens alone.
+  np.testing.assert_array_equal(gen(prompts), np.concatenate(outs))
+
+
+def test_the_bucket_stops_at_a_learned_position_table():
+  cfg, model, params = built("decoder", "learned")  # max_len 32
+  prompt = [1] + list(range(3, 19))  # 17 tokens: bucket 32, but 17 + 15 fill the table
+  assert decode.padded_length(cfg, [prompt], 15) == 17
+  assert decode.padded_length(cfg, [prompt], 4) == 28
+  assert decode.generate(model, params, [prompt], max_new_tokens=15).shape == (1, 15)
+
+
 def test_stop_tokens_end_rows_and_pad_after():
   _, model, params = built("decoder", "rope")
   greedy = decode.generate(model, params, PROMPTS, max_new_tokens=7, stop_tokens=())

@@ -19,7 +19,9 @@ key is overwritten exactly when it leaves the window.
   (beam search is transformer/inference/beam_search.py, on the same cache and steps)
 
 The whole decode loop is one compiled program (lax.while_loop); sampling settings and stop
-tokens are traced values, so changing them does not recompile.
+tokens are traced values, so changing them does not recompile; prompts (and encoder inputs)
+are padded up to a bucket length (`bucket_length`: 8, 16, 32, 64, then multiples of 64), so
+prompts of nearby lengths reuse one compiled loop too.
 """
 
 import dataclasses
@@ -84,18 +86,42 @@ def check_ids(cfg, sequences) -> None:
     raise ValueError(f"token id {bad[0]} outside the vocabulary [0, {cfg.vocab_size}).")
 
 
-def left_pad(prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-  """(tokens_BP, start_B): prompts right-aligned on PAD_ID; start_B is each first real index."""
+def bucket_length(n: int) -> int:
+  """The padded length a batch of at most n tokens is compiled for: a power of two up to 64,
+  then a multiple of 64. Padding is masked (segment 0), so it changes no logit; it lets
+  prompts of other lengths reuse a compiled loop instead of compiling one per length (a
+  second or more each) at the cost of at most 64 masked columns."""
+  if n <= 64:
+    return max(8, 1 << (n - 1).bit_length())
+  return -(-n // 64) * 64
+
+
+def padded_length(cfg, sequences, max_new_tokens: int) -> int:
+  """The bucket of the longest sequence, cut to what a learned position table holds (the
+  padded prompt runs through it at prefill); at least the longest (check_lengths)."""
+  longest = max(len(s) for s in sequences)
+  limit = positions.SCHEMES[cfg.position.name](cfg).max_length() - max_new_tokens
+  return int(max(longest, min(bucket_length(longest), limit)))
+
+
+def left_pad(prompts: Sequence[Sequence[int]],
+             length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """(tokens_BP, start_B): prompts right-aligned on PAD_ID; start_B is each first real index.
+  P is the longest prompt, or `length` when given (>= the longest)."""
   P = max(len(p) for p in prompts)
+  P = P if length is None else max(P, length)
   tokens_BP = np.full((len(prompts), P), PAD_ID, np.int32)
   for row, p in zip(tokens_BP, prompts):
     row[P - len(p):] = p
   return tokens_BP, np.asarray([P - len(p) for p in prompts], np.int32)
 
 
-def right_pad(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-  """(tokens_BS, segment_ids_BS) for the encoder, which is bidirectional: any side works."""
+def right_pad(sequences: Sequence[Sequence[int]],
+              length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """(tokens_BS, segment_ids_BS) for the encoder, which is bidirectional: any side works.
+  S is the longest sequence, or `length` when given (>= the longest)."""
   S = max(len(s) for s in sequences)
+  S = S if length is None else max(S, length)
   tokens_BS = np.full((len(sequences), S), PAD_ID, np.int32)
   for row, s in zip(tokens_BS, sequences):
     row[:len(s)] = s
@@ -264,7 +290,8 @@ def _draw(logits_BV, rng, temperature, top_k, top_p):
 # The generation loop.
 
 def _prepare(model, prompts, max_new_tokens, encoder_inputs):
-  """Checks, padding and the encoder side: (frozen model, tokens_BP, start_B, encoder args)."""
+  """Checks, padding and the encoder side: (frozen model, tokens_BP, start_B, encoder args),
+  both sides padded to bucket_length so the compiled loop serves nearby lengths too."""
   check_model(model.cfg)
   kind = model.cfg.kind
   if kind == "encoder_decoder":
@@ -278,13 +305,13 @@ def _prepare(model, prompts, max_new_tokens, encoder_inputs):
     if not encoder_inputs or any(len(e) == 0 for e in encoder_inputs):
       raise ValueError("empty encoder input: the encoder needs at least one token per row.")
     check_ids(model.cfg, encoder_inputs)
-    enc = right_pad(encoder_inputs)
+    enc = right_pad(encoder_inputs, padded_length(model.cfg, encoder_inputs, 0))
   else:
     if encoder_inputs is not None:
       raise ValueError("encoder_inputs given to a decoder-only model.")
     enc = (None, None)
   check_lengths(model.cfg, prompts, max_new_tokens)
-  tokens_BP, start_B = left_pad(prompts)
+  tokens_BP, start_B = left_pad(prompts, padded_length(model.cfg, prompts, max_new_tokens))
   return frozen(model), tokens_BP, start_B, enc
 
 
@@ -353,4 +380,8 @@ def generate(model, params, prompts: Sequence[Sequence[int]] | None, *, max_new_
                              jax.random.key(seed), sampling.traced(),
                              max_new_tokens=max_new_tokens, return_logits=return_logits)
   out_BT = np.asarray(out_BT)
-  return (out_BT, np.asarray(logits)) if return_logits else out_BT
+  if not return_logits:
+    return out_BT
+  # The bucket's extra left pads are not part of the batch the caller gave.
+  # (the longest prompt starts at the first unpadded index).
+  return out_BT, np.asarray(logits)[:, int(start_B.min()):]
