@@ -104,29 +104,30 @@ def padded_length(cfg, sequences, max_new_tokens: int) -> int:
   return int(max(longest, min(bucket_length(longest), limit)))
 
 
+def _pad(sequences: Sequence[Sequence[int]], length: int | None, left: bool) -> np.ndarray:
+  """[B, max(longest, length)] int32 on PAD_ID, each sequence at the right or left end."""
+  n = max(max(len(s) for s in sequences), length or 0)
+  out = np.full((len(sequences), n), PAD_ID, np.int32)
+  for row, s in zip(out, sequences):
+    row[n - len(s) if left else 0:][:len(s)] = s
+  return out
+
+
 def left_pad(prompts: Sequence[Sequence[int]],
              length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
   """(tokens_BP, start_B): prompts right-aligned on PAD_ID; start_B is each first real index.
   P is the longest prompt, or `length` when given (>= the longest)."""
-  P = max(len(p) for p in prompts)
-  P = P if length is None else max(P, length)
-  tokens_BP = np.full((len(prompts), P), PAD_ID, np.int32)
-  for row, p in zip(tokens_BP, prompts):
-    row[P - len(p):] = p
-  return tokens_BP, np.asarray([P - len(p) for p in prompts], np.int32)
+  tokens_BP = _pad(prompts, length, left=True)
+  return tokens_BP, np.asarray([tokens_BP.shape[1] - len(p) for p in prompts], np.int32)
 
 
 def right_pad(sequences: Sequence[Sequence[int]],
               length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
   """(tokens_BS, segment_ids_BS) for the encoder, which is bidirectional: any side works.
   S is the longest sequence, or `length` when given (>= the longest)."""
-  S = max(len(s) for s in sequences)
-  S = S if length is None else max(S, length)
-  tokens_BS = np.full((len(sequences), S), PAD_ID, np.int32)
-  for row, s in zip(tokens_BS, sequences):
-    row[:len(s)] = s
-  return tokens_BS, (np.arange(S)[None] < np.asarray([[len(s)] for s in sequences])).astype(
-      np.int32)
+  tokens_BS = _pad(sequences, length, left=False)
+  lengths_B1 = np.asarray([[len(s)] for s in sequences])
+  return tokens_BS, (np.arange(tokens_BS.shape[1])[None] < lengths_B1).astype(np.int32)
 
 
 def padded_inputs(start_B, length):
