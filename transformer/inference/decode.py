@@ -383,6 +383,6 @@ def generate(model, params, prompts: Sequence[Sequence[int]] | None, *, max_new_
   out_BT = np.asarray(out_BT)
   if not return_logits:
     return out_BT
-  # The bucket's extra left pads are not part of the batch the caller gave.
-  # (the longest prompt starts at the first unpadded index).
+  # The bucket's extra left pads are not part of the batch the caller gave: its columns start
+  # where the longest prompt does.
   return out_BT, np.asarray(logits)[:, int(start_B.min()):]
