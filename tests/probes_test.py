@@ -161,3 +161,24 @@ def test_changed_retrieval_settings_are_refused_before_training(lm, tmp_path):
   assert proc.returncode == 1
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1 and "opt.lr" in lines[0] and "new --workdir" in lines[0], proc.stderr
+
+
+def test_agreement_tables_pool_fresh_and_cached_seeds_alike():
+  """A seed probed in this process keys its cells by int, one read back from its JSON cache by
+  str; the pooled table and the summary must count both (a re-run once printed every cell
+  as 'n/a (too long)')."""
+  from experiments.probes import plots, run  # noqa: PLC0415
+  cell = lambda acc: {"accuracy": acc, "n": 500, "wilson95": run.wilson(round(acc * 500), 500)}
+  fresh = {"by_attractors": {k: cell(0.9 - 0.1 * k) for k in range(5)},
+           "by_verb_kind": {"copula": cell(0.8)}}
+  cached = json.loads(json.dumps({"by_attractors": {k: cell(0.7 - 0.1 * k) for k in range(5)},
+                                  "by_verb_kind": {"copula": cell(0.6)}}))
+  by_seed = {"0": fresh, "1": cached}
+  pooled = run.pool_seeds(by_seed)
+  assert sorted(pooled) == ["0", "1", "2", "3", "4"]
+  assert pooled["0"]["seeds"] == 2 and abs(pooled["0"]["mean"] - 0.8) < 1e-9
+  assert pooled == json.loads(json.dumps(pooled))  # the same table before and after saving
+  assert plots._pooled_by(by_seed, "by_attractors")["0"][0] == pytest.approx(0.8)
+  text = plots.summary({"agreement": {"rope": by_seed}, "agreement_pooled": {"rope": pooled},
+                        "kv_train_pairs": 32})
+  assert "too long" not in text and "| rope | 0.800 ± 0.141" in text

@@ -17,6 +17,7 @@ def _pooled_by(by_seed: dict, key: str) -> dict:
   out = {}
   for r in by_seed.values():
     for x, c in (r.get(key) or {}).items():
+      x = str(x)  # int keys from this process, str keys from a JSON cache: one value each
       if c:
         right, n = out.get(x, (0, 0))
         out[x] = (right + round(c["accuracy"] * c["n"]), n + c["n"])

@@ -394,15 +394,16 @@ def pool_seeds(by_seed: dict) -> dict:
   pooled Wilson interval (items x seeds)."""
   out = {}
   for k in range(5):
-    cells = [r["by_attractors"].get(k) for r in by_seed.values()]
+    # A seed evaluated in this process has int keys; one read from its JSON cache, str keys.
+    cells = [r["by_attractors"].get(str(k), r["by_attractors"].get(k)) for r in by_seed.values()]
     cells = [c for c in cells if c]
     if not cells:
-      out[k] = None
+      out[str(k)] = None
       continue
     accs = np.array([c["accuracy"] for c in cells])
     right = sum(round(c["accuracy"] * c["n"]) for c in cells)
     n = sum(c["n"] for c in cells)
-    out[k] = {"mean": float(accs.mean()), "sd": float(accs.std(ddof=1)) if len(accs) > 1
+    out[str(k)] = {"mean": float(accs.mean()), "sd": float(accs.std(ddof=1)) if len(accs) > 1
               else 0.0, "seeds": len(cells), "n_per_seed": cells[0]["n"],
               "wilson95_pooled": wilson(right, n)}
   return out
