@@ -182,3 +182,28 @@ def test_agreement_tables_pool_fresh_and_cached_seeds_alike():
   text = plots.summary({"agreement": {"rope": by_seed}, "agreement_pooled": {"rope": pooled},
                         "kv_train_pairs": 32})
   assert "too long" not in text and "| rope | 0.800 ± 0.141" in text
+
+
+def test_distance_control_is_exact_for_the_probe_design():
+  """distance_control derives (distance, attractors) cells from the recorded marginals; that is
+  exact only because distance 0 holds just the 0-attractor items and distance 3 just 0- and
+  1-attractor ones. Check the design, then the derivation against the items' own counts."""
+  import random  # noqa: PLC0415
+
+  from experiments.probes import run  # noqa: PLC0415
+  from transformer.data import grammar  # noqa: PLC0415
+  items = [it for k in range(5) for it in grammar.agreement_probes(200, k, seed=3)]
+  assert {it.num_attractors for it in items if it.distance == 0} == {0}
+  assert {it.num_attractors for it in items if it.distance == 3} == {0, 1}
+  rng = random.Random(0)
+  right = [rng.random() < (0.9 if it.num_attractors == 0 else 0.4) for it in items]
+  prop = lambda rs: {"accuracy": sum(rs) / len(rs), "n": len(rs)}
+  record = {"by_attractors": {k: prop([r for it, r in zip(items, right) if it.num_attractors == k])
+                              for k in range(5)},
+            "by_distance": {d: prop([r for it, r in zip(items, right) if it.distance == d])
+                            for d in {it.distance for it in items}}}
+  control = run.distance_control({"0": record, "1": json.loads(json.dumps(record))})
+  for key, k, d in (("d0_k0", 0, 0), ("d3_k0", 0, 3), ("d3_k1", 1, 3)):
+    cell = [r for it, r in zip(items, right) if it.num_attractors == k and it.distance == d]
+    assert control[key]["n"] == 2 * len(cell)
+    assert control[key]["accuracy"] == pytest.approx(sum(cell) / len(cell))

@@ -131,6 +131,18 @@ def summary(results: dict) -> str:
                    f"{c['mean']:.3f} ± {c['sd']:.3f} [{c['wilson95_pooled'][0]:.3f}, "
                    f"{c['wilson95_pooled'][1]:.3f}] ({c['n_per_seed']})")
     lines.append(f"| {scheme} | " + " | ".join(cells) + " |")
+  control = results.get("agreement_distance_control", {})
+  if control:
+    lines += ["", "Control: the same distance with and without an attractor (3 words between "
+              "subject and verb: one prepositional phrase whose noun has the subject's number, "
+              "or the other number), pooled over seeds (accuracy [Wilson 95%] (items)):", "",
+              "| scheme | distance 0, no attractor | distance 3, no attractor | distance 3, "
+              "one attractor |", "| --- | --- | --- | --- |"]
+    fmt = lambda c: (f"{c['accuracy']:.3f} [{c['wilson95'][0]:.3f}, {c['wilson95'][1]:.3f}] "
+                     f"({c['n']})" if c else "n/a")
+    for scheme, cells in control.items():
+      lines.append(f"| {scheme} | " + " | ".join(fmt(cells.get(k)) for k in
+                                                  ("d0_k0", "d3_k0", "d3_k1")) + " |")
   lines += ["", "By verb kind and by head number, pooled over attractor counts and seeds (accuracy [Wilson 95%], "
             "items):", "", "| scheme | verb kind or head number | accuracy |", "| --- | --- | --- |"]
   for scheme, by_seed in results["agreement"].items():

@@ -340,6 +340,8 @@ def run(config, workdir: str) -> None:
             run_dir, summary, "census", census_settings,
             lambda cfg, params, tokenizer: heads.census_summary(cfg, params, tokenizer, exp))
   results["agreement_pooled"] = {s: pool_seeds(r) for s, r in results["agreement"].items()}
+  results["agreement_distance_control"] = {s: distance_control(r)
+                                           for s, r in results["agreement"].items()}
   for runs, key, suffix in ((kv_runs, "retrieval", ""),
                             (pt_runs, "retrieval_lm_pretrained", " (LM-pretrained)")):
     for scheme, by_seed in runs.items():
@@ -407,6 +409,29 @@ def pool_seeds(by_seed: dict) -> dict:
               else 0.0, "seeds": len(cells), "n_per_seed": cells[0]["n"],
               "wilson95_pooled": wilson(right, n)}
   return out
+
+
+def distance_control(by_seed: dict) -> dict:
+  """The control for attraction: the same distance (3 words) with an attractor and without.
+
+  agreement_probes puts a same-number noun after the head with probability 1/2, so distance 0
+  holds exactly the 0-attractor items without it, and distance 3 the 0-attractor items with it
+  plus the 1-attractor items without one (tests/probes_test.py checks this). The cells are
+  therefore exact differences of the recorded counts, pooled over seeds, each with its Wilson
+  interval: {"d0_k0", "d3_k0", "d3_k1"} -> {accuracy, n, wilson95}."""
+  count = lambda c: (round(c["accuracy"] * c["n"]), c["n"]) if c else (0, 0)
+  cell = lambda r: lambda key, k: count((r.get(key) or {}).get(str(k), (r.get(key) or {}).get(k)))
+  tot = {"d0_k0": [0, 0], "d3_k0": [0, 0], "d3_k1": [0, 0]}
+  for r in by_seed.values():
+    get = cell(r)
+    (a0, n0), (d0, nd0), (d3, nd3) = get("by_attractors", 0), get("by_distance", 0), \
+        get("by_distance", 3)
+    for key, (right, n) in (("d0_k0", (d0, nd0)), ("d3_k0", (a0 - d0, n0 - nd0)),
+                            ("d3_k1", (d3 - (a0 - d0), nd3 - (n0 - nd0)))):
+      tot[key][0] += right
+      tot[key][1] += n
+  return {key: {"accuracy": right / n, "n": n, "wilson95": wilson(right, n)}
+          for key, (right, n) in tot.items() if n}
 
 
 if __name__ == "__main__":
