@@ -284,3 +284,55 @@ def test_unsupported_models_are_refused(kind, overrides, message):
   model = models.make_model(tiny(kind, **overrides))
   with pytest.raises(ValueError, match=message):
     decode.generate(model, {}, [[1]], max_new_tokens=2)
+
+
+MESH_SCRIPT = """
+import json, jax, numpy as np
+from jax.sharding import Mesh
+from transformer.schema import model_config, position_config
+from transformer.inference import decode
+from transformer.model import models
+assert jax.device_count() == 2, jax.devices()
+out = {}
+for kind in ("decoder", "encoder_decoder"):
+  cfg = model_config(kind=kind, vocab_size=37, d_model=32, num_layers=2, num_heads=4,
+                     num_kv_heads=2, d_ff=48, max_len=32, position=position_config("rope"),
+                     attention="dense")
+  model = models.make_model(cfg)
+  params = model.init(jax.random.key(0), *models.dummy_inputs(cfg, 1, 8))["params"]
+  # Three rows over two devices: the split pads a row and drops it again.
+  prompts = [[1, 5, 6], [1, 7, 8, 9, 10], [1, 4]] if kind == "decoder" else [[1]] * 3
+  enc = None if kind == "decoder" else [[5, 6, 7, 2], [8, 9, 2], [3, 2]]
+  run = lambda mesh: decode.generate(model, params, prompts, max_new_tokens=6, stop_tokens=(),
+                                     encoder_inputs=enc, return_logits=True, mesh=mesh)
+  (one, one_logits), (two, two_logits) = run(None), run(Mesh(np.array(jax.devices()), ("data",)))
+  out[kind] = dict(equal=bool(np.array_equal(one, two)), shape=list(two.shape),
+                   logits=float(np.abs(one_logits - two_logits).max()))
+try:
+  decode.generate(model, params, prompts, max_new_tokens=2, encoder_inputs=enc,
+                  mesh=Mesh(np.array(jax.devices()).reshape(1, 2), ("data", "tensor")))
+except ValueError as e:
+  out["error"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def test_rows_split_over_a_mesh_decode_as_on_one_device():
+  """generate(mesh=...) on two fake CPU devices: the same tokens and logits as one device,
+  three rows (one padded in and dropped), decoder and encoder-decoder; a mesh that would
+  shard the parameters is refused."""
+  import json  # noqa: PLC0415
+  import os  # noqa: PLC0415
+  import subprocess  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, PYTHONPATH=root)
+  env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+  proc = subprocess.run([sys.executable, "-c", MESH_SCRIPT], capture_output=True, text=True,
+                        env=env, timeout=600, cwd=root)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  for kind in ("decoder", "encoder_decoder"):
+    assert got[kind]["equal"] and got[kind]["shape"] == [3, 6], got
+    assert got[kind]["logits"] < 1e-5, got
+  assert "only its 'data' axis" in got["error"]

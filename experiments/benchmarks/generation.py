@@ -1,7 +1,7 @@
 """Generation speed with and without the KV cache, and against Hugging Face `generate`.
 
   python -m experiments.benchmarks.generation [--new_tokens 128,256,512,1024] [--prompt 16] \
-      [--hf_new_tokens 256,1024,4096] [--batches 1,8] [--repeats 3] [--nohf] [--quick]
+      [--hf_new_tokens 256,1024,4096] [--batches 1,8] [--repeats 3] [--cpu_devices 0] [--nohf] [--quick]
 
 W1: vocab 256, d_model 256, 4 layers, 4 heads, d_ff 1024 GELU, learned positions (max_len
 covers prompt + new tokens), fp32, greedy, no stop token (every run makes exactly T tokens).
@@ -27,7 +27,10 @@ batches of --batches rows, for each of --hf_new_tokens:
         (default all CPUs); its DynamicCache; min_new_tokens = max_new_tokens so both make
         exactly T tokens
 
-It prints seconds and tokens/s (batch x T / s) of both, the ratio, how many new tokens agree
+  split ours with the rows split over --cpu_devices XLA:CPU devices (`generate(mesh=...)`;
+        default one per core), for batches of more than one row; the tokens must be the same
+
+It prints seconds and tokens/s (batch x T / s) of each, the ratios, how many new tokens agree
 (greedy decoding of one function, so they should up to float near-ties), and the growth
 exponent k of time ~ T^k between consecutive lengths, log(t2 / t1) / log(T2 / T1): 1 is a
 per-token cost that does not grow with the length. --quick: small lengths, one repeat (a
@@ -61,6 +64,8 @@ _HF = flags.DEFINE_bool("hf", True, "Compare with Hugging Face generate (interop
 _THREADS = flags.DEFINE_integer("threads", 0, "torch intra-op threads (0: all CPUs; on a loaded "
                                 "machine OpenMP's barriers wait on descheduled threads).")
 _QUICK = flags.DEFINE_bool("quick", False, "Small lengths and one repeat: a smoke test.")
+_CPU_DEVICES = flags.DEFINE_integer("cpu_devices", 0, "XLA:CPU devices for the split column "
+                                    "(0: one per core; 1: no split column).")
 QUICK = dict(new_tokens=["8", "16"], hf_new_tokens=["8", "32"], batches=["1", "2"],
              prompt=4, repeats=1)
 
@@ -170,16 +175,26 @@ def against_hf(lengths, batches, P, repeats):
     torch_model, model, params = hf_gpt2(P, max(lengths), tmp)
   print(f"\nW1 shape as GPT-2 (random weights, fp32, greedy), prompt {P}; transformers "
         f"generate on torch {torch.__version__} with {torch.get_num_threads()} threads")
-  print("| batch | new tokens | ours: s | ours: tokens/s | HF: s | HF: tokens/s | ours / HF |"
-        " tokens agree |")
-  print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+  devices = jax.device_count()
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",)) if devices > 1 else None
+  print(f"split: the rows over {devices} XLA:CPU devices (batches > 1)" if mesh else
+        "split: not run (one device)")
+  print("| batch | new tokens | ours: s | ours: tokens/s | split: s | split: tokens/s | HF: s | "
+        "HF: tokens/s | ours / HF | split / HF | tokens agree |")
+  print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
   rng = np.random.default_rng(0)
   for B in batches:
     prompts_BP = rng.integers(4, 256, size=(B, P))
     rows = []
     for T in lengths:
-      t_ours, ours_BT = median_seconds(lambda: decode.generate(
-          model, params, prompts_BP.tolist(), max_new_tokens=T, stop_tokens=()), repeats)
+      ours = lambda mesh: decode.generate(model, params, prompts_BP.tolist(), max_new_tokens=T,
+                                          stop_tokens=(), mesh=mesh)
+      t_ours, ours_BT = median_seconds(lambda: ours(None), repeats)
+      t_split = None
+      if mesh is not None and B > 1:
+        t_split, split_BT = median_seconds(lambda: ours(mesh), repeats)
+        if not np.array_equal(split_BT, ours_BT):
+          raise AssertionError(f"batch {B}, {T} tokens: the split rows decoded other tokens")
 
       def hf_run():
         with torch.inference_mode():
@@ -190,13 +205,17 @@ def against_hf(lengths, batches, P, repeats):
       hf_BT = hf_BL[:, P:].numpy()
       # Greedy tokens agree up to the first float near-tie; count the common prefix per row.
       agree = sum(int(np.argmin(np.append(a == b, False))) for a, b in zip(ours_BT, hf_BT))
-      rows.append(dict(T=T, ours=t_ours, hf=t_hf))
-      print(f"| {B} | {T} | {t_ours:.3f} | {B * T / t_ours:.0f} | {t_hf:.3f} | "
-            f"{B * T / t_hf:.0f} | {t_hf / t_ours:.2f}x | {agree}/{B * T} |", flush=True)
-    for (a, b), k_ours, k_hf in zip(zip(rows, rows[1:]), growth(rows, "ours"),
-                                    growth(rows, "hf")):
-      print(f"batch {B}, {a['T']} -> {b['T']} new tokens: time ~T^{k_ours:.2f} ours, "
-            f"~T^{k_hf:.2f} HF")
+      rows.append(dict(T=T, ours=t_ours, hf=t_hf, split=t_split or t_ours))
+      split = (f"{t_split:.3f} | {B * T / t_split:.0f}" if t_split else "- | -")
+      split_ratio = f"{t_hf / t_split:.2f}x" if t_split else "-"
+      print(f"| {B} | {T} | {t_ours:.3f} | {B * T / t_ours:.0f} | {split} | {t_hf:.3f} | "
+            f"{B * T / t_hf:.0f} | {t_hf / t_ours:.2f}x | {split_ratio} | {agree}/{B * T} |",
+            flush=True)
+    for (a, b), k_ours, k_split, k_hf in zip(zip(rows, rows[1:]), growth(rows, "ours"),
+                                             growth(rows, "split"), growth(rows, "hf")):
+      print(f"batch {B}, {a['T']} -> {b['T']} new tokens: time ~T^{k_ours:.2f} ours"
+            + (f", ~T^{k_split:.2f} split" if mesh is not None and B > 1 else "")
+            + f", ~T^{k_hf:.2f} HF")
 
 
 def main(argv):
@@ -206,6 +225,10 @@ def main(argv):
   if _QUICK.value:
     values.update(QUICK)
   ints = lambda name: [int(n) for n in values[name]]
+  if _CPU_DEVICES.value < 0:
+    raise ValueError(f"--cpu_devices={_CPU_DEVICES.value}: use 0 (one per core) or a count")
+  # Before JAX's first computation: the split column's devices (the others use the first).
+  jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value or os.cpu_count())
   print(f"{jax.device_count()} {jax.default_backend()} device(s), {os.cpu_count()} CPU cores, "
         f"load average {os.getloadavg()[0]:.1f}")
   # The VM's speed drifts between days: these two say how fast this machine was in this run

@@ -22,6 +22,11 @@ The whole decode loop is one compiled program (lax.while_loop); sampling setting
 tokens are traced values, so changing them does not recompile; prompts (and encoder inputs)
 are padded up to a bucket length (`bucket_length`: 8, 16, 32, 64, then multiples of 64), so
 prompts of nearby lengths reuse one compiled loop too.
+
+With `mesh=`, the rows are split over the mesh's "data" axis and the parameters replicated:
+each device decodes its rows with its own cache (the loop's only collective is the "every row
+stopped" test). On a CPU with `jax_num_cpu_devices` = cores that puts every core on reading
+the cache, which one device's small batched dots do on one thread (docs/performance.md).
 """
 
 import dataclasses
@@ -360,10 +365,32 @@ def _generate(model, params, tokens_BP, start_B, enc_tokens, enc_seg, stop_token
   return out_BT, seen_BXV
 
 
+def split_rows(mesh: jax.sharding.Mesh, params, *arrays_B):
+  """The parameters replicated over `mesh` and each array's rows split over its "data" axis,
+  rows padded (repeating the last) to a multiple of it: (params, arrays..., rows before)."""
+  if "data" not in mesh.axis_names:
+    raise ValueError(f"mesh axes {mesh.axis_names}: generate splits rows over a 'data' axis.")
+  if any(size > 1 for name, size in mesh.shape.items() if name != "data"):
+    raise ValueError(f"mesh {dict(mesh.shape)}: generate replicates the parameters, so only "
+                     f"its 'data' axis may be larger than 1.")
+  n, B = mesh.shape["data"], len(arrays_B[0])
+  pad = -B % n
+  rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+
+  def place(a):
+    if a is None:  # a decoder's absent encoder inputs
+      return None
+    a = np.asarray(a)
+    return jax.device_put(np.concatenate([a, np.repeat(a[-1:], pad, 0)]) if pad else a, rows)
+
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  return (jax.device_put(params, replicated), *(place(a) for a in arrays_B), B)
+
+
 def generate(model, params, prompts: Sequence[Sequence[int]] | None, *, max_new_tokens: int,
              sampling: Sampling = Sampling(), seed: int = 0,
              stop_tokens: Sequence[int] = (EOS_ID,), encoder_inputs=None,
-             return_logits: bool = False):
+             return_logits: bool = False, mesh: jax.sharding.Mesh | None = None):
   """New tokens [B, max_new_tokens] (int32 numpy) for a batch of prompts (token lists).
 
   A row that emits a stop token keeps it and is padded (PAD_ID) after it; the loop ends when
@@ -371,18 +398,24 @@ def generate(model, params, prompts: Sequence[Sequence[int]] | None, *, max_new_
   decoder prompts to [BOS]. With return_logits, also the float32 logits [B, P + T - 1, V] at
   every position of the left-padded sequence (prompt then generated tokens) whose next token
   is known: the prompt's from prefill, then one per step (zeros after an early stop).
+  `mesh`: split the rows over its "data" axis (module docstring); the tokens are the same.
   """
   if not isinstance(sampling, Sampling):
     raise TypeError(f"sampling must be a decode.Sampling, got {type(sampling).__name__}.")
   model, tokens_BP, start_B, (enc_tokens, enc_seg) = _prepare(model, prompts, max_new_tokens,
                                                               encoder_inputs)
   stops = jnp.asarray(list(stop_tokens) or [-1], jnp.int32)  # -1: no token stops
+  first = int(np.min(start_B))
+  B = len(tokens_BP)
+  if mesh is not None:
+    params, tokens_BP, start_B, enc_tokens, enc_seg, B = split_rows(
+        mesh, params, tokens_BP, start_B, enc_tokens, enc_seg)
   out_BT, logits = _generate(model, params, tokens_BP, start_B, enc_tokens, enc_seg, stops,
                              jax.random.key(seed), sampling.traced(),
                              max_new_tokens=max_new_tokens, return_logits=return_logits)
-  out_BT = np.asarray(out_BT)
+  out_BT = np.asarray(out_BT)[:B]
   if not return_logits:
     return out_BT
   # The bucket's extra left pads are not part of the batch the caller gave: its columns start
   # where the longest prompt does.
-  return out_BT, np.asarray(logits)[:, int(start_B.min()):]
+  return out_BT, np.asarray(logits)[:B, first:]
