@@ -136,6 +136,8 @@ def cache_vs_recompute(lengths, P, repeats):
     full_cols = (f"{t_full:.2f} | {T / t_full:.1f} | {t_full / t_cache:.0f}x" if t_full
                  else "- | - | -")
     print(f"| {T} | {t_cache:.3f} | {T / t_cache:.0f} | {full_cols} |", flush=True)
+  if len(rows) < 2:
+    return
   # Growth: the exponent k in time ~ T^k between the shortest and the longest length.
   ends = [rows[0], rows[-1]]
   full = all(r["full"] for r in ends)
