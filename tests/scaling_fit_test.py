@@ -251,3 +251,23 @@ def test_fit_cli_without_finished_runs_is_one_line(tmp_path):
       f"error: no finished runs (DIR/<run>/summary.json) under {tmp_path}; point --workdir at "
       f"a sweep directory whose runs have finished"]
   assert not (tmp_path / "fit.json").exists()
+
+
+@pytest.mark.slow
+def test_ablation_table_measures_the_change_in_a(tmp_path):
+  # experiments.scaling.ablation: two grids whose losses follow laws with known a =
+  # beta / (alpha + beta) (0.452, then 0.513); the table recovers both and their difference.
+  from experiments.scaling import ablation
+  first, second = str(tmp_path / "ablation"), str(tmp_path / "corrected")
+  _fake_sweep(first, HOFFMANN, noise=1e-4)
+  _fake_sweep(second, BESIROGLU, noise=1e-4)
+  table = ablation.ablation_table([first, second], bootstrap=4)
+  assert table["budgets"] == [1e12, 4e12, 1.6e13]
+  original, recounted, corrected = table["rows"]
+  assert original["step"].startswith("original") and "(one seed)" in original["step"]
+  assert recounted["params"] == "total" and corrected["step"].startswith("+ lr(N)")
+  want = lambda law: law["beta"] / (law["alpha"] + law["beta"])
+  assert original["a3"] == pytest.approx(want(HOFFMANN), abs=0.03)
+  assert corrected["a3"] == pytest.approx(want(BESIROGLU), abs=0.03)
+  assert corrected["delta_a3"] == pytest.approx(corrected["a3"] - recounted["a3"])
+  assert "| grid | N counted |" in ablation.markdown(table)

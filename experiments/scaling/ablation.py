@@ -24,7 +24,7 @@ from experiments.scaling import fit
 STEPS = {"non_embedding": "original: lr 3e-3, warmup 50, beta2 0.95, non-embedding FLOPs",
          "ablation_flops": "+ output-layer FLOPs counted (budgets and N in total parameters)",
          "ablation_warmup": "+ warmup = N tokens (<= 10% of the run)",
-         "corrected": "+ lr(N) from the lr sweep, beta2 0.99, 3 seeds near each minimum"}
+         "corrected": "+ lr(N) from the lr sweep, beta2 0.99"}
 
 
 def _grid_fit(workdir, params, budgets, bootstrap, seed):
@@ -40,9 +40,16 @@ def _grid_fit(workdir, params, budgets, bootstrap, seed):
               a3_ci95=chin.get("ci", {}).get("a"), E=chin.get("E"))
 
 
-def _convention(workdir):
+def _sweep(workdir) -> dict:
   with open(os.path.join(workdir, "sweep.json")) as f:
-    return json.load(f)["sweep"].get("flops_convention", "non_embedding")
+    return json.load(f)["sweep"]
+
+
+def _seeds(workdir) -> str:
+  s = _sweep(workdir)
+  n = int(s.get("seeds", 1))
+  return "one seed" if n <= 1 else f"{n} seeds at the {s.get('seed_sizes', 'all')} sizes " \
+                                   f"nearest each minimum"
 
 
 def ablation_table(workdirs, *, bootstrap=200, seed=0) -> dict:
@@ -50,9 +57,10 @@ def ablation_table(workdirs, *, bootstrap=200, seed=0) -> dict:
   budgets = sorted(set.intersection(*budget_sets))
   rows = []
   for i, w in enumerate(workdirs):
-    conv = _convention(w)
+    conv = _sweep(w).get("flops_convention", "non_embedding")
     label = STEPS["non_embedding"] if i == 0 else STEPS.get(
         os.path.basename(os.path.normpath(w)).replace("scaling_", ""), w)
+    label += f" ({_seeds(w)})"
     rows.append(dict(step=label, **_grid_fit(w, conv, budgets, bootstrap, seed)))
     if i == 0 and conv == "non_embedding":
       rows.append(dict(step="  the same runs, N counted in total parameters (analysis only)",
