@@ -160,5 +160,5 @@ def test_train_steps_below_the_checkpoint_is_refused_before_writing(two_launches
   proc = _cli(workdir.parent, "transformer.train", "--workdir", str(workdir),
               *_tiny_flags(data_dir, 2), env=env)
   line = _one_error_line(proc)
-  assert f"holds a checkpoint of step 3, past train.steps=2" in line, line
+  assert "holds a checkpoint of step 3, past train.steps=2" in line, line
   assert _snapshot(workdir) == before

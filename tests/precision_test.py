@@ -1,8 +1,6 @@
 """The bf16 precision preset: bfloat16 compute on float32 weights and optimizer state, and a
 tiny run in it learning as well as float32 (on CPU, where bfloat16 matmuls are emulated)."""
 
-import jax
-import jax.numpy as jnp
 import pytest
 
 from configs import lm

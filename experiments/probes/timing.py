@@ -1,6 +1,6 @@
 """Short timing runs behind the CPU budget in experiments/probes/README.md (writes
 /tmp/wtp/timing.json; run with PYTHONPATH at the repository root)."""
-import json, os, sys, time, shutil
+import json, os, time, shutil
 import numpy as np
 from absl import logging
 from configs import extrapolation as ex_cfg, probes as pr_cfg

@@ -122,7 +122,7 @@ def _query_blocks(q_BLNH, k_BSKH, v_BSKH, biases, masks, spans, scale):
 
 def _query_blocks_fwd(q_BLNH, k_BSKH, v_BSKH, biases, masks, spans, scale):
   B, L, N, H = q_BLNH.shape
-  S, K = k_BSKH.shape[1], k_BSKH.shape[2]
+  K = k_BSKH.shape[2]
   G = N // K
   q = _heads_major(q_BLNH.reshape(B, L, K, G, H))
   k, v = (_heads_major(x[:, :, :, None])[:, :, 0] for x in (k_BSKH, v_BSKH))  # [B, K, S, H]
