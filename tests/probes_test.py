@@ -61,11 +61,23 @@ def test_stages_and_attempts_from_the_config():
   exp.kv_max_steps = 1
   with pytest.raises(ValueError, match="kv_steps <= kv_max_steps"):
     criterion.stages(exp)
+  exp.kv_max_steps = 7
   config.experiment.kv_retry.rope = "opt.lr=3e-4 | opt.lr=1e-2;opt.warmup_steps=5"
   assert criterion.attempts(config, "rope") == ["", "opt.lr=3e-4", "opt.lr=1e-2;opt.warmup_steps=5"]
   config.experiment.kv_retry.rope = "opt.lr"
   with pytest.raises(ValueError, match="experiment.kv_retry.rope"):
     criterion.attempts(config, "rope")
+  # A retry entry's kv_max_steps is that attempt's cap, never a config override.
+  assert criterion.split_cap("opt.lr=3e-4;kv_max_steps=9") == ("opt.lr=3e-4", 9)
+  assert criterion.split_cap("opt.lr=3e-4") == ("opt.lr=3e-4", None)
+  assert criterion.stages(exp, 9) == [2, 5, 8, 9] and criterion.stages(exp) == [2, 5, 7]
+  config.experiment.kv_retry.rope = "opt.lr=3e-4;kv_max_steps=9"
+  cfg = criterion.attempt_config(config, "rope", 0, criterion.attempts(config, "rope")[1], 9)
+  assert cfg.opt.lr == 3e-4 and "kv_max_steps" not in cfg.to_json()
+  for bad in ("kv_max_steps=x", "kv_max_steps=1"):  # not a number; below kv_steps
+    config.experiment.kv_retry.rope = bad
+    with pytest.raises(ValueError, match="kv_max_steps"):
+      criterion.attempts(config, "rope")
 
 
 def test_check_items_are_held_out_and_uniform_in_position():
@@ -114,6 +126,18 @@ def test_criterion_loop_extends_retries_caches_and_resumes(lm, tmp_path):
   assert "rope" in results["retrieval"]  # evaluated and shown, marked as a failure
   md = (workdir / "results.md").read_text()
   assert "no (training failure)" in md and "| rope | 0 | False | — | opt.lr=1e-2 |" in md
+
+  # The retry's own higher cap (tuning its steps): only the retry trains on, from step 4.
+  out, results = _probes(lm, workdir, "--config.experiment.kv_steps=2",
+                         "--config.experiment.kv_extend_steps=2",
+                         "--config.experiment.kv_max_steps=4",
+                         "--config.experiment.kv_criterion=0.99",
+                         "--config.experiment.kv_retry.rope=opt.lr=1e-2;kv_max_steps=6")
+  record = results["retrieval_criterion"]["rope"]["0"]
+  assert out.count("== training") == 1 and "(retry 1: opt.lr=1e-2;kv_max_steps=6) to step 6" in out
+  assert [[c["step"] for c in a["checks"]] for a in record["attempts"]] == [[2, 4], [2, 4, 6]]
+  assert _summary(kv / "seed0")["step"] == 4 and _summary(kv / "seed0_retry1")["step"] == 6
+  assert record["settings"] == "opt.lr=1e-2;kv_max_steps=6"
 
   # A criterion the first stage meets: its cached check decides, nothing trains again, and
   # the evaluated model is that stage's checkpoint.

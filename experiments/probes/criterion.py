@@ -7,8 +7,10 @@ position, from a random stream the training set and the evaluation grid never us
 exact-match accuracy >= kv_criterion stops training there. A run that reaches the cap below it
 is retried once per entry of experiment.kv_retry.<scheme> ("opt.lr=3e-4;opt.warmup_steps=500",
 entries separated by "|"), each a new run on the first seed; the other seeds train with the
-settings that met the criterion, and not at all when none did. A scheme that never meets it
-is a training failure: reported, never compared.
+settings that met the criterion, and not at all when none did. A retry entry may raise its
+own cap with "kv_max_steps=N" (tuning the steps, as issue 19 asks of RoPE); the other entries
+are config overrides. A scheme that never meets it is a training failure: reported, never
+compared.
 
 With kv_warm_steps > 0 every attempt first trains a warm-up run, kv_warm_steps on items of
 exactly kv_warm_pairs pairs with the attempt's settings, in "<attempt dir>_warm", and its
@@ -67,10 +69,28 @@ def check_accuracy(run_dir: str, step: int, exp) -> dict:
           "wilson95": wilson(right, len(items))}
 
 
-def stages(exp) -> list[int]:
+CAP_KEY = "kv_max_steps"  # in a retry entry: that attempt's own cap, not a config override
+
+
+def split_cap(retry: str) -> tuple[str, int | None]:
+  """"opt.lr=3e-4;kv_max_steps=3000" -> ("opt.lr=3e-4", 3000): an attempt's config overrides
+  and its own cap (None: experiment.kv_max_steps)."""
+  parts = [p.strip() for p in str(retry or "").split(";") if p.strip()]
+  caps = [p for p in parts if p.partition("=")[0].strip() == CAP_KEY]
+  rest = ";".join(p for p in parts if p not in caps)
+  if not caps:
+    return rest, None
+  value = caps[-1].partition("=")[2].strip()
+  if not value.isdigit() or int(value) < 1:
+    raise ValueError(f"{CAP_KEY}={value!r} in a kv_retry entry: a whole number of steps >= 1")
+  return rest, int(value)
+
+
+def stages(exp, cap: int | None = None) -> list[int]:
   """The step counts after which the criterion is checked: kv_steps, + kv_extend_steps, ...,
-  and the cap kv_max_steps last."""
-  first, extend, cap = int(exp.kv_steps), int(exp.kv_extend_steps), int(exp.kv_max_steps)
+  and the cap (kv_max_steps, or an attempt's own) last."""
+  first, extend = int(exp.kv_steps), int(exp.kv_extend_steps)
+  cap = int(exp.kv_max_steps) if cap is None else int(cap)
   if first < 1 or cap < first or (extend < 1 and cap > first):
     raise ValueError(f"experiment.kv_steps={first}, kv_extend_steps={extend}, kv_max_steps="
                      f"{cap}: need 1 <= kv_steps <= kv_max_steps and kv_extend_steps >= 1 "
@@ -99,8 +119,10 @@ def attempts(config, scheme: str) -> list[str]:
   table = config.experiment.get("kv_retry")
   text = (table.get(scheme, "") if table is not None else "") or ""
   retries = [t.strip() for t in str(text).split("|") if t.strip()]
-  for r in retries:
-    parse_overrides(r, f"experiment.kv_retry.{scheme}")  # a typo fails before training
+  for r in retries:  # a typo fails before training
+    overrides, cap = split_cap(r)
+    parse_overrides(overrides, f"experiment.kv_retry.{scheme}")
+    stages(config.experiment, cap)
   return [""] + retries
 
 
@@ -111,7 +133,7 @@ def attempt_config(config, scheme: str, seed: int, retry: str, steps: int,
   max_len (the parameters restore only into the same model)."""
   cfg = ml_collections.ConfigDict(config.to_dict())
   own = cfg.experiment.overrides.get(scheme, "") or ""
-  cfg.experiment.overrides[scheme] = ";".join(x for x in (own, retry) if x)
+  cfg.experiment.overrides[scheme] = ";".join(x for x in (own, split_cap(retry)[0]) if x)
   out = scheme_config(cfg, scheme, seed)
   out.train.steps = steps
   out.train.init_from = init_from
@@ -224,7 +246,7 @@ def _train_attempt(config, workdir, scheme, seed, index, retry, variant, label) 
   checks = []
   # A warm-up finishes before its attempt starts, so this trains only for a new attempt.
   variant = _warmed(config, workdir, scheme, seed, index, retry, variant, label)
-  for steps in stages(exp):
+  for steps in stages(exp, split_cap(retry)[1]):
     summary = read_summary(run_dir)
     check = _checked(run_dir, exp, steps)
     if check is None and summary is not None and summary["step"] > steps:
