@@ -264,10 +264,14 @@ def test_ablation_table_measures_the_change_in_a(tmp_path):
   table = ablation.ablation_table([first, second], bootstrap=4)
   assert table["budgets"] == [1e12, 4e12, 1.6e13]
   original, recounted, corrected = table["rows"]
-  assert original["step"].startswith("original") and "(one seed)" in original["step"]
-  assert recounted["params"] == "total" and corrected["step"].startswith("+ lr(N)")
+  # Rows are labelled by what their runs trained with, not by their directories' names.
+  assert original["step"].startswith("original: lr 0.001, ") and "one seed" in original["step"]
+  assert recounted["params"] == "total" and corrected["step"] == "+ (same settings)"
   want = lambda law: law["beta"] / (law["alpha"] + law["beta"])
   assert original["a3"] == pytest.approx(want(HOFFMANN), abs=0.03)
   assert corrected["a3"] == pytest.approx(want(BESIROGLU), abs=0.03)
   assert corrected["delta_a3"] == pytest.approx(corrected["a3"] - recounted["a3"])
   assert "| grid | N counted |" in ablation.markdown(table)
+  before = dict(lr="lr 0.003", warmup="warmup 50", beta2="beta2 0.95")
+  assert ablation.label(before, {**before, "lr": "lr(N) law"}) == "+ lr(N) law"
+  assert ablation.label(None, before) == "original: lr 0.003, warmup 50, beta2 0.95"

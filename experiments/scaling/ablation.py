@@ -4,14 +4,17 @@ r"""Which of Porian et al.'s corrections moves a, and by how much: one table ove
       runs/scaling_ablation runs/scaling_ablation_flops runs/scaling_ablation_warmup \
       runs/scaling_corrected
 
-Each DIR is a finished sweep (configs/scaling.py designs ablation, ablation_flops,
-ablation_warmup, corrected: each adds one correction to the one before). Every grid is fitted
-with approach 2 (local parabolas, seed-noise bootstrap) and approach 3 (E free), on the
-budgets all grids share, in the parameter convention the step counts (the original grid: non-
-embedding N, as Kaplan; the others: total N); the table gives a with its interval and the
-change from the row above. The first row is also refitted with total N, which separates
-the counting of the output layer from the step counts it changes. Writes ablation.md and
-ablation.json in --out.
+Each DIR is a finished sweep, the original grid first (configs/scaling.py designs ablation,
+ablation_flops, ablation_warmup, corrected add one correction at a time, but any order
+works). Each row is labelled by what its runs trained with, read from the sweep and its
+runs' configs (lr or lr law, warmup, beta2, FLOPs convention, seeds), and says what changed
+from the row above, so a grid run with other settings than its design's name is never
+mislabelled. Every grid is fitted with approach 2 (local parabolas, seed-noise bootstrap)
+and approach 3 (E free), on the budgets all grids share, in the parameter convention the
+step counts (non-embedding N, as Kaplan, for grids budgeted in non-embedding FLOPs; total N
+for the others); the table gives a with its interval and the change from the row above.
+The first row is also refitted with total N, which separates the counting of the output
+layer from the step counts it changes. Writes ablation.md and ablation.json in --out.
 """
 
 import json
@@ -21,10 +24,32 @@ import numpy as np
 
 from experiments.scaling import fit
 
-STEPS = {"non_embedding": "original: lr 3e-3, warmup 50, beta2 0.95, non-embedding FLOPs",
-         "ablation_flops": "+ output-layer FLOPs counted (budgets and N in total parameters)",
-         "ablation_warmup": "+ warmup = N tokens (<= 10% of the run)",
-         "corrected": "+ lr(N) from the lr sweep, beta2 0.99"}
+
+def settings(workdir) -> dict:
+  """What a finished grid's runs trained with: {lr, warmup, beta2, FLOPs, seeds}."""
+  from launch import sweep  # the launcher owns the directory layout
+  with open(os.path.join(workdir, "sweep.json")) as f:
+    s = json.load(f)["sweep"]
+  run = next((r for r in sweep.read_sweep(workdir) if r["summary"]), None)
+  if run is None:
+    raise ValueError(f"no finished runs under {workdir}; point at a finished sweep")
+  opt = lambda key: fit._config_value(run["summary"], f"opt.{key}", "?")
+  seeds = int(s.get("seeds", 1))
+  return {"lr": "lr(N) law" if s.get("lr_law") else f"lr {opt('lr'):g}",
+          "warmup": "warmup N tokens" if float(s.get("warmup_tokens_per_param", 0)) > 0
+                    else f"warmup {opt('warmup_steps')}",
+          "beta2": f"beta2 {opt('b2')}",
+          "FLOPs": f"{s.get('flops_convention', 'non_embedding').replace('_', '-')} FLOPs",
+          "seeds": "one seed" if seeds <= 1 else f"{seeds} seeds at the "
+                                                 f"{s.get('seed_sizes', 'all')} sizes nearest "
+                                                 f"each minimum"}
+
+
+def label(prev: dict | None, now: dict) -> str:
+  if prev is None:
+    return "original: " + ", ".join(now.values())
+  changed = [v for k, v in now.items() if prev[k] != v]
+  return "+ " + (", ".join(changed) if changed else "(same settings)")
 
 
 def _grid_fit(workdir, params, budgets, bootstrap, seed):
@@ -40,31 +65,19 @@ def _grid_fit(workdir, params, budgets, bootstrap, seed):
               a3_ci95=chin.get("ci", {}).get("a"), E=chin.get("E"))
 
 
-def _sweep(workdir) -> dict:
-  with open(os.path.join(workdir, "sweep.json")) as f:
-    return json.load(f)["sweep"]
-
-
-def _seeds(workdir) -> str:
-  s = _sweep(workdir)
-  n = int(s.get("seeds", 1))
-  return "one seed" if n <= 1 else f"{n} seeds at the {s.get('seed_sizes', 'all')} sizes " \
-                                   f"nearest each minimum"
-
-
 def ablation_table(workdirs, *, bootstrap=200, seed=0) -> dict:
   budget_sets = [set(fit.load_runs(w)["budget"].tolist()) for w in workdirs]
   budgets = sorted(set.intersection(*budget_sets))
-  rows = []
+  rows, prev = [], None
   for i, w in enumerate(workdirs):
-    conv = _sweep(w).get("flops_convention", "non_embedding")
-    label = STEPS["non_embedding"] if i == 0 else STEPS.get(
-        os.path.basename(os.path.normpath(w)).replace("scaling_", ""), w)
-    label += f" ({_seeds(w)})"
-    rows.append(dict(step=label, **_grid_fit(w, conv, budgets, bootstrap, seed)))
+    now = settings(w)
+    conv = "total" if now["FLOPs"].startswith("total") else "non_embedding"
+    rows.append(dict(step=label(prev, now), settings=now,
+                     **_grid_fit(w, conv, budgets, bootstrap, seed)))
     if i == 0 and conv == "non_embedding":
       rows.append(dict(step="  the same runs, N counted in total parameters (analysis only)",
-                       **_grid_fit(w, "total", budgets, bootstrap, seed)))
+                       settings=now, **_grid_fit(w, "total", budgets, bootstrap, seed)))
+    prev = now
   for prev, row in zip(rows, rows[1:]):
     for k in ("a2", "a3"):
       row[f"delta_{k}"] = (row[k] - prev[k]) if row[k] is not None and prev[k] is not None \
