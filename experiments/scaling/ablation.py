@@ -12,7 +12,7 @@ from the row above, so a grid run with other settings than its design's name is 
 mislabelled. Every grid is fitted with approach 2 (local parabolas, seed-noise bootstrap)
 and approach 3 (E free), on the budgets all grids share, in the parameter convention the
 step counts (non-embedding N, as Kaplan, for grids budgeted in non-embedding FLOPs; total N
-for the others); the table gives a with its interval and the change from the row above.
+for the others); the table gives a with its interval and the change from the grid above.
 The first row is also refitted with total N, which separates the counting of the output
 layer from the step counts it changes. Writes ablation.md and ablation.json in --out.
 """
@@ -76,12 +76,17 @@ def ablation_table(workdirs, *, bootstrap=200, seed=0) -> dict:
                      **_grid_fit(w, conv, budgets, bootstrap, seed)))
     if i == 0 and conv == "non_embedding":
       rows.append(dict(step="  the same runs, N counted in total parameters (analysis only)",
-                       settings=now, **_grid_fit(w, "total", budgets, bootstrap, seed)))
+                       settings=now, analysis=True,
+                       **_grid_fit(w, "total", budgets, bootstrap, seed)))
     prev = now
-  for prev, row in zip(rows, rows[1:]):
+  # Each change is from the last grid above (the analysis-only row: from its own grid).
+  base = None
+  for row in rows:
     for k in ("a2", "a3"):
-      row[f"delta_{k}"] = (row[k] - prev[k]) if row[k] is not None and prev[k] is not None \
-          else None
+      row[f"delta_{k}"] = None if base is None or row[k] is None or base[k] is None \
+          else row[k] - base[k]
+    if not row.get("analysis"):
+      base = row
   return dict(budgets=budgets, rows=rows)
 
 
