@@ -208,6 +208,33 @@ def test_agreement_tables_pool_fresh_and_cached_seeds_alike():
   assert "too long" not in text and "| rope | 0.800 ± 0.141" in text
 
 
+def test_retrieval_plot_keeps_each_models_colour_in_every_panel(tmp_path, monkeypatch):
+  """A model with no row at some length (learned beyond its position table) must not shift
+  the others' colours there, and the legend names every model (it once came from the last
+  panel only, so RoPE's curve wore ALiBi's label in the other panels)."""
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+  from experiments.probes import plots, run  # noqa: PLC0415
+  row = lambda acc: {"accuracy_by_position": {
+      str(p): {"accuracy": acc, "wilson95": run.wilson(round(acc * 100), 100)} for p in range(3)}}
+  results = {"kv_train_pairs": 8, "kv_min_pairs": 2, "retrieval": {
+      "learned": {"0": {"8": row(0.1), "16": {"not_applicable": "beyond max_len"}}},
+      "rope": {"0": {"8": row(0.5), "16": row(0.4)}},
+      "alibi": {"0": {"8": row(0.9), "16": row(0.8)}}},
+      "retrieval_criterion": {s: {"0": {"met": s != "learned"}} for s in ("learned", "rope",
+                                                                          "alibi")}}
+  figures = []
+  monkeypatch.setattr(plt, "close", figures.append)
+  plots.retrieval(results, str(tmp_path / "retrieval.png"))
+  axes = figures[0].axes
+  colour = lambda ax, label: next(c.lines[0].get_color() for c in ax.containers
+                                  if c.get_label() == label)
+  for label in ("rope", "alibi"):
+    assert colour(axes[0], label) == colour(axes[1], label), label
+  assert colour(axes[0], "rope") != colour(axes[0], "alibi")
+  legend = [t.get_text() for t in axes[-1].get_legend().get_texts()]
+  assert legend == ["learned [training failure]", "rope", "alibi"]
+
+
 def test_distance_control_is_exact_for_the_probe_design():
   """distance_control derives (distance, attractors) cells from the recorded marginals; that is
   exact only because distance 0 holds just the 0-attractor items and distance 3 just 0- and

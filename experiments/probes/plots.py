@@ -53,36 +53,52 @@ def agreement(results: dict, path: str) -> str:
 RETRIEVAL_VARIANTS = (("retrieval", "", "-"), ("retrieval_lm_pretrained", " (LM-pretrained)", "--"))
 
 
+def retrieval_series(results: dict):
+  """(label, style, met, {n: accuracy_by_position}) per model, in a fixed order, so a model
+  keeps its colour in every panel even where another has no row (e.g. learned positions
+  beyond their table)."""
+  out = []
+  for key, suffix, style in RETRIEVAL_VARIANTS:
+    for scheme, by_seed in results.get(key, {}).items():
+      for seed, r_seed in by_seed.items():
+        met = results.get(key.replace("retrieval", "retrieval_criterion"), {}).get(
+            scheme, {}).get(seed, {}).get("met")
+        label = (scheme + suffix + (f" s{seed}" if len(by_seed) > 1 else "")
+                 + ("" if met else " [training failure]"))
+        rows = {n: r["accuracy_by_position"] for n, r in r_seed.items()
+                if r.get("accuracy_by_position") is not None}
+        out.append((label, style, met, rows))
+  return out
+
+
 def retrieval(results: dict, path: str) -> str:
-  ns = sorted({n for key, _, _ in RETRIEVAL_VARIANTS for by_seed in results.get(key, {}).values()
-               for r_seed in by_seed.values() for n in r_seed}, key=int)
+  series = retrieval_series(results)
+  ns = sorted({n for *_, rows in series for n in rows}, key=int)
   fig, axes = plt.subplots(1, max(len(ns), 1), figsize=(4.6 * max(len(ns), 1), 4.2),
                            sharey=True, squeeze=False, layout="constrained")
+  handles = {}
   for ax, n in zip(axes[0], ns):
-    for key, suffix, style in RETRIEVAL_VARIANTS:
-      for scheme, by_seed in results.get(key, {}).items():
-        for seed, r_seed in by_seed.items():
-          row = r_seed.get(n, {}).get("accuracy_by_position")
-          if row is None:
-            continue
-          met = results.get(key.replace("retrieval", "retrieval_criterion"), {}).get(
-              scheme, {}).get(seed, {}).get("met")
-          ps = sorted(row, key=int)
-          ys = np.array([row[p]["accuracy"] for p in ps])
-          err = np.array([[row[p]["accuracy"] - row[p]["wilson95"][0] for p in ps],
-                          [row[p]["wilson95"][1] - row[p]["accuracy"] for p in ps]])
-          label = (scheme + suffix + (f" s{seed}" if len(by_seed) > 1 else "")
-                   + ("" if met else " [training failure]"))
-          ax.errorbar([int(p) + 1 for p in ps], ys, yerr=err, marker="o", capsize=2,
-                      linestyle=style if met else ":", alpha=1.0 if met else 0.5, label=label)
+    for i, (label, style, met, rows) in enumerate(series):
+      row = rows.get(n)
+      if row is None:
+        continue
+      ps = sorted(row, key=int)
+      ys = np.array([row[p]["accuracy"] for p in ps])
+      err = np.array([[row[p]["accuracy"] - row[p]["wilson95"][0] for p in ps],
+                      [row[p]["wilson95"][1] - row[p]["accuracy"] for p in ps]])
+      handles[label] = ax.errorbar(
+          [int(p) + 1 for p in ps], ys, yerr=err, marker="o", capsize=2, color=f"C{i % 10}",
+          linestyle=style if met else ":", alpha=1.0 if met else 0.5, label=label)
     trained = int(n) <= results["kv_train_pairs"]
     ax.set_title(f"{n} pairs ({'within' if trained else 'beyond'} training)")
     ax.set_xlabel("position of the queried pair (1 = first)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel("exact-match retrieval accuracy")
-  if ns:
-    axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
+  if ns:  # every model, also those missing from the last panel
+    labels = [label for label, *_ in series if label in handles]
+    axes[0][-1].legend([handles[x] for x in labels], labels, loc="center left",
+                       bbox_to_anchor=(1.02, 0.5))
   fig.suptitle(f"Lost in the middle: key-value retrieval by queried position (trained on "
                f"{results.get('kv_min_pairs', '?')}-{results['kv_train_pairs']} pairs; dashed: "
                f"LM-pretrained; dotted: below the criterion; bars: Wilson 95%)")
