@@ -93,16 +93,21 @@ def test_check_items_are_held_out_and_uniform_in_position():
   assert min(positions) == 0 and max(positions) == 31
 
 
+def _staged(lm, workdir, cap, criterion_, retry):
+  """Stages of 2 steps up to `cap`, the criterion, and RoPE's retry entry."""
+  return _probes(lm, workdir, "--config.experiment.kv_steps=2",
+                 "--config.experiment.kv_extend_steps=2",
+                 f"--config.experiment.kv_max_steps={cap}",
+                 f"--config.experiment.kv_criterion={criterion_}",
+                 f"--config.experiment.kv_retry.rope={retry}")
+
+
 @pytest.mark.slow
 def test_criterion_loop_extends_retries_caches_and_resumes(lm, tmp_path):
   workdir = tmp_path / "probes"
   kv = workdir / "kv" / "runs" / "rope"
   # Not reachable in 4 steps: two stages (2, 4), then the retry's two stages.
-  out, results = _probes(lm, workdir, "--config.experiment.kv_steps=2",
-                         "--config.experiment.kv_extend_steps=2",
-                         "--config.experiment.kv_max_steps=4",
-                         "--config.experiment.kv_criterion=0.99",
-                         "--config.experiment.kv_retry.rope=opt.lr=1e-2")
+  out, results = _staged(lm, workdir, 4, 0.99, "opt.lr=1e-2")
   record = results["retrieval_criterion"]["rope"]["0"]
   assert record["met"] is False and record["steps_to_criterion"] is None
   assert [a["retry"] for a in record["attempts"]] == [0, 1]
@@ -128,11 +133,7 @@ def test_criterion_loop_extends_retries_caches_and_resumes(lm, tmp_path):
   assert "no (training failure)" in md and "| rope | 0 | False | — | opt.lr=1e-2 |" in md
 
   # The retry's own higher cap (tuning its steps): only the retry trains on, from step 4.
-  out, results = _probes(lm, workdir, "--config.experiment.kv_steps=2",
-                         "--config.experiment.kv_extend_steps=2",
-                         "--config.experiment.kv_max_steps=4",
-                         "--config.experiment.kv_criterion=0.99",
-                         "--config.experiment.kv_retry.rope=opt.lr=1e-2;kv_max_steps=6")
+  out, results = _staged(lm, workdir, 4, 0.99, "opt.lr=1e-2;kv_max_steps=6")
   record = results["retrieval_criterion"]["rope"]["0"]
   assert out.count("== training") == 1 and "(retry 1: opt.lr=1e-2;kv_max_steps=6) to step 6" in out
   assert [[c["step"] for c in a["checks"]] for a in record["attempts"]] == [[2, 4], [2, 4, 6]]
@@ -141,11 +142,7 @@ def test_criterion_loop_extends_retries_caches_and_resumes(lm, tmp_path):
 
   # A criterion the first stage meets: its cached check decides, nothing trains again, and
   # the evaluated model is that stage's checkpoint.
-  out, results = _probes(lm, workdir, "--config.experiment.kv_steps=2",
-                         "--config.experiment.kv_extend_steps=2",
-                         "--config.experiment.kv_max_steps=4",
-                         "--config.experiment.kv_criterion=0.0",
-                         "--config.experiment.kv_retry.rope=opt.lr=1e-2")
+  out, results = _staged(lm, workdir, 4, 0.0, "opt.lr=1e-2")
   record = results["retrieval_criterion"]["rope"]["0"]
   assert "== training" not in out and "== warm-up" not in out
   assert record["met"] is True and record["steps_to_criterion"] == 2 and record["step"] == 2
@@ -153,11 +150,7 @@ def test_criterion_loop_extends_retries_caches_and_resumes(lm, tmp_path):
   assert results["retrieval_compared"][""] == ["rope"]
 
   # A higher cap resumes the first attempt from step 4 (stages 2 and 4 come from the cache).
-  out, results = _probes(lm, workdir, "--config.experiment.kv_steps=2",
-                         "--config.experiment.kv_extend_steps=2",
-                         "--config.experiment.kv_max_steps=6",
-                         "--config.experiment.kv_criterion=0.99",
-                         "--config.experiment.kv_retry.rope=")
+  out, results = _staged(lm, workdir, 6, 0.99, "")
   record = results["retrieval_criterion"]["rope"]["0"]
   assert out.count("== training") == 1 and "to step 6" in out
   assert [c["step"] for c in record["attempts"][0]["checks"]] == [2, 4, 6]
