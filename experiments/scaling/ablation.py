@@ -35,7 +35,7 @@ def settings(workdir) -> dict:
     raise ValueError(f"no finished runs under {workdir}; point at a finished sweep")
   opt = lambda key: fit._config_value(run["summary"], f"opt.{key}", "?")
   seeds = int(s.get("seeds", 1))
-  return {"lr": "lr(N) law" if s.get("lr_law") else f"lr {opt('lr'):g}",
+  return {"lr": "lr(N) law" if s.get("lr_law") else f"lr {opt('lr')}",
           "warmup": "warmup N tokens" if float(s.get("warmup_tokens_per_param", 0)) > 0
                     else f"warmup {opt('warmup_steps')}",
           "beta2": f"beta2 {opt('b2')}",
