@@ -25,11 +25,15 @@ import numpy as np
 from experiments.scaling import fit
 
 
+def _sweep(workdir) -> dict:
+  with open(os.path.join(workdir, "sweep.json")) as f:
+    return json.load(f)["sweep"]
+
+
 def settings(workdir) -> dict:
   """What a finished grid's runs trained with: {lr, warmup, beta2, FLOPs, seeds}."""
   from launch import sweep  # the launcher owns the directory layout
-  with open(os.path.join(workdir, "sweep.json")) as f:
-    s = json.load(f)["sweep"]
+  s = _sweep(workdir)
   run = next((r for r in sweep.read_sweep(workdir) if r["summary"]), None)
   if run is None:
     raise ValueError(f"no finished runs under {workdir}; point at a finished sweep")
@@ -71,7 +75,7 @@ def ablation_table(workdirs, *, bootstrap=200, seed=0) -> dict:
   rows, prev = [], None
   for i, w in enumerate(workdirs):
     now = settings(w)
-    conv = "total" if now["FLOPs"].startswith("total") else "non_embedding"
+    conv = _sweep(w).get("flops_convention", "non_embedding")
     rows.append(dict(step=label(prev, now), settings=now,
                      **_grid_fit(w, conv, budgets, bootstrap, seed)))
     if i == 0 and conv == "non_embedding":
