@@ -200,7 +200,8 @@ def make_dataset(data_config, tokenizer, *, split, batch_size, objective, seed,
   if data_config.cross_document:
     it = it.map(_one_segment)
   it = it.batch(batch_size, drop_remainder=False)
-  return it.map(functools.partial(_pad_batch, batch_size=batch_size))
+  it = it.map(functools.partial(_pad_batch, batch_size=batch_size))
+  return grain.experimental.ThreadPrefetchIterDataset(it, prefetch_buffer_size=2)
 
 
 def make_iterator(data_config, tokenizer, *, split: str, batch_size: int, objective: str,
