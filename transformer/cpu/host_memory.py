@@ -8,8 +8,9 @@ of a step's CPU time (experiments/benchmarks/train_throughput.py reports faults 
 figures in docs/performance.md).
 
 One arena, no mmap and no trimming make each step reuse the pages of the step before. The
-cost: the heap keeps its high-water mark, and fragmentation can leave it up to about twice
-a step's working set (a higher peak RSS). Call before JAX starts its
+cost: the heap keeps its high-water mark, so a step whose temporaries are allocated before
+the previous step's are freed leaves the heap holding both (the train command therefore runs
+large steps synchronously: transformer/training/host.py). Call before JAX starts its
 threads (before the first computation); a no-op off glibc.
 
 Only when JAX will compute on the CPU: on a GPU/TPU host the big buffers live on the device,
