@@ -68,8 +68,21 @@ def test_stages_and_attempts_from_the_config():
   with pytest.raises(ValueError, match="experiment.kv_retry.rope"):
     criterion.attempts(config, "rope")
   # A retry entry's kv_max_steps is that attempt's cap, never a config override.
-  assert criterion.split_cap("opt.lr=3e-4;kv_max_steps=9") == ("opt.lr=3e-4", 9)
-  assert criterion.split_cap("opt.lr=3e-4") == ("opt.lr=3e-4", None)
+  assert criterion.split_retry("opt.lr=3e-4;kv_max_steps=9") == ("opt.lr=3e-4", 9, None)
+  assert criterion.split_retry("opt.lr=3e-4") == ("opt.lr=3e-4", None, None)
+  # ... and its kv_warm_pairs its warm-up runs, one per count, in order.
+  assert criterion.split_retry("kv_warm_pairs=4,8;opt.lr=3e-4") == ("opt.lr=3e-4", None, (4, 8))
+  exp.kv_warm_steps, exp.kv_warm_pairs, exp.kv_train_pairs = 5, 2, 8
+  assert criterion.warm_pairs(exp) == (2,)
+  assert criterion.warm_pairs(exp, "opt.lr=1e-2;kv_warm_pairs=2,4,8") == (2, 4, 8)
+  for bad in ("kv_warm_pairs=4,x", "kv_warm_pairs=0", "kv_max_steps=3,4"):
+    with pytest.raises(ValueError, match="kv_retry entry"):
+      criterion.split_retry(bad)
+  config.experiment.kv_retry.rope = "kv_warm_pairs=4,16"  # past kv_train_pairs=8
+  with pytest.raises(ValueError, match="each at most kv_train_pairs=8"):
+    criterion.attempts(config, "rope")
+  exp.kv_warm_steps = 0
+  assert criterion.warm_pairs(exp, "kv_warm_pairs=2,4") == ()
   assert criterion.stages(exp, 9) == [2, 5, 8, 9] and criterion.stages(exp) == [2, 5, 7]
   config.experiment.kv_retry.rope = "opt.lr=3e-4;kv_max_steps=9"
   cfg = criterion.attempt_config(config, "rope", 0, criterion.attempts(config, "rope")[1], 9)
@@ -164,6 +177,25 @@ def test_criterion_loop_extends_retries_caches_and_resumes(lm, tmp_path):
           "--config.experiment.kv_criterion=0.99", "--config.experiment.kv_retry.rope=")
   once = _summary(fresh / "kv" / "runs" / "rope" / "seed0")
   assert once["final_eval_loss"] == pytest.approx(staged["final_eval_loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_a_retry_entry_can_warm_up_in_stages(lm, tmp_path):
+  workdir = tmp_path / "probes"
+  kv = workdir / "kv" / "runs" / "rope"
+  out, results = _staged(lm, workdir, 2, 0.99, "opt.lr=1e-2;kv_warm_pairs=1,2")
+  # The scheme's own attempt warms up once (2 pairs), its retry on 1 then 2 pairs.
+  assert out.count("== warm-up") == 3 and "2 steps on 1 pairs in" in out
+  first, second, retry = (json.loads((kv / name / "config.json").read_text()) for name in
+                          ("seed0_retry1_warm", "seed0_retry1_warm2", "seed0_retry1"))
+  assert first["data"]["num_pairs"] == 1 and second["data"]["num_pairs"] == 2
+  assert first["train"]["init_from"] == "" and first["opt"]["lr"] == 1e-2
+  assert second["train"]["init_from"] == str(kv / "seed0_retry1_warm")
+  assert retry["train"]["init_from"] == str(kv / "seed0_retry1_warm2")
+  own, staged = results["retrieval_criterion"]["rope"]["0"]["attempts"]
+  assert own["warm"]["pairs"] == 2 and own["warm"]["steps"] == 2
+  assert staged["warm"]["pairs"] == [1, 2] and staged["warm"]["steps"] == 4
+  assert staged["warm"]["run_dir"] == str(kv / "seed0_retry1_warm2")
 
 
 @pytest.mark.slow

@@ -8,13 +8,18 @@ exact-match accuracy >= kv_criterion stops training there. A run that reaches th
 is retried once per entry of experiment.kv_retry.<scheme> ("opt.lr=3e-4;opt.warmup_steps=500",
 entries separated by "|"), each a new run on the first seed; the other seeds train with the
 settings that met the criterion, and not at all when none did. A retry entry may raise its
-own cap with "kv_max_steps=N" (tuning the steps, as issue 19 asks of RoPE); the other entries
-are config overrides. A scheme that never meets it is a training failure: reported, never
+own cap with "kv_max_steps=N" (tuning the steps, as issue 19 asks of RoPE) and its own
+warm-up stages with "kv_warm_pairs=4,8,16" (below); the other entries are config overrides. A scheme that never meets it is a training failure: reported, never
 compared.
 
 With kv_warm_steps > 0 every attempt first trains a warm-up run, kv_warm_steps on items of
 exactly kv_warm_pairs pairs with the attempt's settings, in "<attempt dir>_warm", and its
-stages start from those parameters (train.init_from; fresh optimizer and schedule). Trained
+stages start from those parameters (train.init_from; fresh optimizer and schedule). Several
+comma-separated counts make a curriculum: one warm-up run per count, each kv_warm_steps long
+and starting from the one before ("_warm", "_warm2", ...). Items restart their positions, so
+a model warmed up on 4 pairs has seen positions up to ~60 only: the sinusoidal one that got
+4-pair items right (0.99) got none of 8, 16 or 32 pairs right, and the absolute schemes then
+stayed below the criterion on 2-32 pairs. Trained
 on 2-32 pairs from the start every model stayed at chance for 2000 steps; ALiBi learns 4-pair
 items in 1000 and carries the lookup to 2-32 pairs (experiments/probes/README.md). The
 LM-pretrained variant's warm-up starts from the language model. "steps_to_criterion" counts
@@ -69,21 +74,39 @@ def check_accuracy(run_dir: str, step: int, exp) -> dict:
           "wilson95": wilson(right, len(items))}
 
 
-CAP_KEY = "kv_max_steps"  # in a retry entry: that attempt's own cap, not a config override
+# In a retry entry, that attempt's own cap and warm-up stages, not config overrides.
+CAP_KEY, WARM_KEY = "kv_max_steps", "kv_warm_pairs"
 
 
-def split_cap(retry: str) -> tuple[str, int | None]:
-  """"opt.lr=3e-4;kv_max_steps=3000" -> ("opt.lr=3e-4", 3000): an attempt's config overrides
-  and its own cap (None: experiment.kv_max_steps)."""
+def _counts(value, what: str) -> tuple[int, ...]:
+  """"4,8,16" (or 4) -> (4, 8, 16): whole numbers >= 1."""
+  parts = [p.strip() for p in str(value).split(",")]
+  if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+    raise ValueError(f"{what}={value!r}: whole numbers >= 1, separated by commas")
+  return tuple(int(p) for p in parts)
+
+
+def split_retry(retry: str) -> tuple[str, int | None, tuple[int, ...] | None]:
+  """"opt.lr=3e-4;kv_max_steps=3000;kv_warm_pairs=4,8" -> ("opt.lr=3e-4", 3000, (4, 8)): an
+  attempt's config overrides, its own cap and its own warm-up pairs (None: the experiment's)."""
   parts = [p.strip() for p in str(retry or "").split(";") if p.strip()]
-  caps = [p for p in parts if p.partition("=")[0].strip() == CAP_KEY]
-  rest = ";".join(p for p in parts if p not in caps)
-  if not caps:
-    return rest, None
-  value = caps[-1].partition("=")[2].strip()
-  if not value.isdigit() or int(value) < 1:
-    raise ValueError(f"{CAP_KEY}={value!r} in a kv_retry entry: a whole number of steps >= 1")
-  return rest, int(value)
+  own = {}
+  for p in parts:
+    key, _, value = p.partition("=")
+    if key.strip() in (CAP_KEY, WARM_KEY):
+      own[key.strip()] = _counts(value.strip(), f"{key.strip()} in a kv_retry entry")
+  if len(own.get(CAP_KEY, ())) > 1:
+    raise ValueError(f"{CAP_KEY} in a kv_retry entry: one whole number of steps >= 1")
+  rest = ";".join(p for p in parts if p.partition("=")[0].strip() not in own)
+  return rest, own.get(CAP_KEY, (None,))[0], own.get(WARM_KEY)
+
+
+def warm_pairs(exp, retry: str = "") -> tuple[int, ...]:
+  """The pairs of each warm-up run of an attempt, in order; none when kv_warm_steps is 0."""
+  if not int(exp.get("kv_warm_steps", 0)):
+    return ()
+  own = split_retry(retry)[2]
+  return own if own is not None else _counts(exp.get("kv_warm_pairs", 0), "experiment.kv_warm_pairs")
 
 
 def stages(exp, cap: int | None = None) -> list[int]:
@@ -107,10 +130,15 @@ def check_settings(exp) -> None:
   if int(exp.kv_check_items) < 1:
     raise ValueError(f"experiment.kv_check_items={exp.kv_check_items}: need >= 1 (the "
                      f"criterion is stated for >= 500)")
-  warm_steps, warm_pairs = int(exp.get("kv_warm_steps", 0)), int(exp.get("kv_warm_pairs", 0))
-  if warm_steps < 0 or (warm_steps and not 1 <= warm_pairs <= int(exp.kv_train_pairs)):
-    raise ValueError(f"experiment.kv_warm_steps={warm_steps}, kv_warm_pairs={warm_pairs}: "
-                     f"need kv_warm_steps >= 0 (0: no warm-up) and 1 <= kv_warm_pairs <= "
+  warm_steps = int(exp.get("kv_warm_steps", 0))
+  if warm_steps < 0:
+    raise ValueError(f"experiment.kv_warm_steps={warm_steps}: need >= 0 (0: no warm-up)")
+  _check_warm_pairs(exp, warm_pairs(exp), "experiment.kv_warm_pairs")
+
+
+def _check_warm_pairs(exp, pairs, what: str) -> None:
+  if any(p > int(exp.kv_train_pairs) for p in pairs):
+    raise ValueError(f"{what}={','.join(map(str, pairs))}: each at most "
                      f"kv_train_pairs={exp.kv_train_pairs}")
 
 
@@ -120,9 +148,11 @@ def attempts(config, scheme: str) -> list[str]:
   text = (table.get(scheme, "") if table is not None else "") or ""
   retries = [t.strip() for t in str(text).split("|") if t.strip()]
   for r in retries:  # a typo fails before training
-    overrides, cap = split_cap(r)
+    overrides, cap, _ = split_retry(r)
     parse_overrides(overrides, f"experiment.kv_retry.{scheme}")
     stages(config.experiment, cap)
+    _check_warm_pairs(config.experiment, warm_pairs(config.experiment, r),
+                      f"{WARM_KEY} in experiment.kv_retry.{scheme}")
   return [""] + retries
 
 
@@ -133,7 +163,7 @@ def attempt_config(config, scheme: str, seed: int, retry: str, steps: int,
   max_len (the parameters restore only into the same model)."""
   cfg = ml_collections.ConfigDict(config.to_dict())
   own = cfg.experiment.overrides.get(scheme, "") or ""
-  cfg.experiment.overrides[scheme] = ";".join(x for x in (own, split_cap(retry)[0]) if x)
+  cfg.experiment.overrides[scheme] = ";".join(x for x in (own, split_retry(retry)[0]) if x)
   out = scheme_config(cfg, scheme, seed)
   out.train.steps = steps
   out.train.init_from = init_from
@@ -147,39 +177,49 @@ def attempt_dir(workdir: str, scheme: str, seed: int, index: int) -> str:
   return run_dir if index == 0 else f"{run_dir}_retry{index}"
 
 
-def warm_dir_of(run_dir: str) -> str:
-  """Where an attempt's warm-up run lives: beside it, "<attempt dir>_warm"."""
-  return run_dir + "_warm"
+def warm_dir_of(run_dir: str, stage: int = 0) -> str:
+  """Where an attempt's warm-up runs live: beside it, "<attempt dir>_warm", "_warm2", ..."""
+  return run_dir + "_warm" + (str(stage + 1) if stage else "")
 
 
-def warm_config(config, scheme: str, seed: int, retry: str, init_from: str = "",
+def warm_config(config, scheme: str, seed: int, retry: str, pairs: int, init_from: str = "",
                 max_len: int | None = None):
-  """The warm-up run's config: the attempt's, on items of exactly kv_warm_pairs pairs for
-  kv_warm_steps steps (starting from init_from: the LM for the LM-pretrained variant)."""
+  """A warm-up run's config: the attempt's, on items of exactly `pairs` pairs for
+  kv_warm_steps steps (starting from init_from: the warm-up before it, or for the first the
+  LM of the LM-pretrained variant)."""
   exp = config.experiment
   out = attempt_config(config, scheme, seed, retry, int(exp.kv_warm_steps), init_from, max_len)
-  out.data.num_pairs = int(exp.kv_warm_pairs)
+  out.data.num_pairs = int(pairs)
   out.data.min_pairs = 0
   return out
 
 
+def _warm_runs(config, run_dir, seed, scheme, retry, variant):
+  """(directory, config) of each warm-up run of an attempt, each starting from the one before."""
+  source, out = variant["init_from"], []
+  for stage, pairs in enumerate(warm_pairs(config.experiment, retry)):
+    warm_dir = warm_dir_of(run_dir, stage)
+    out.append((warm_dir, warm_config(config, scheme, seed, retry, pairs, source,
+                                      variant["max_len"])))
+    source = warm_dir
+  return out
+
+
 def _warmed(config, workdir, scheme, seed, index, retry, variant, label) -> dict:
-  """The attempt's variant with init_from its warm-up run (trained here if unfinished), or
-  the variant unchanged when kv_warm_steps is 0."""
-  exp = config.experiment
-  if not int(exp.get("kv_warm_steps", 0)):
-    return variant
-  warm_dir = warm_dir_of(attempt_dir(workdir, scheme, seed, index))
-  cfg = warm_config(config, scheme, seed, retry, **variant)
-  summary = read_summary(warm_dir)
-  if summary is None or summary["step"] != cfg.train.steps:
-    print(f"== warm-up of {label} seed {seed}: {cfg.train.steps} steps on {exp.kv_warm_pairs} "
-          f"pairs in {warm_dir}", flush=True)
-    loop.train_and_evaluate(cfg, warm_dir)
-    if (read_summary(warm_dir) or {}).get("step") != cfg.train.steps:
-      sys.exit(f"the warm-up of {label} seed {seed} stopped early; re-run the same command "
-               f"to resume")
-  return {**variant, "init_from": warm_dir}
+  """The attempt's variant with init_from its last warm-up run (each trained here if
+  unfinished), or the variant unchanged when kv_warm_steps is 0."""
+  for warm_dir, cfg in _warm_runs(config, attempt_dir(workdir, scheme, seed, index), seed,
+                                  scheme, retry, variant):
+    summary = read_summary(warm_dir)
+    if summary is None or summary["step"] != cfg.train.steps:
+      print(f"== warm-up of {label} seed {seed}: {cfg.train.steps} steps on "
+            f"{cfg.data.num_pairs} pairs in {warm_dir}", flush=True)
+      loop.train_and_evaluate(cfg, warm_dir)
+      if (read_summary(warm_dir) or {}).get("step") != cfg.train.steps:
+        sys.exit(f"the warm-up of {label} seed {seed} stopped early; re-run the same command "
+                 f"to resume")
+    variant = {**variant, "init_from": warm_dir}
+  return variant
 
 
 def read_summary(run_dir: str) -> dict | None:
@@ -194,17 +234,16 @@ def check_finished(config, workdir: str, scheme: str, seeds, init_from=None,
                    max_len: int | None = None) -> None:
   """Refuse, before anything trains, a finished stage of any attempt that was trained with
   other settings than these (train.steps aside: stages differ only in it)."""
-  warm = int(config.experiment.get("kv_warm_steps", 0))
   for seed in seeds:
     for index, retry in enumerate(attempts(config, scheme)):
       run_dir = attempt_dir(workdir, scheme, seed, index)
       source = init_from(seed) if init_from else ""
-      if warm:
-        summary = read_summary(warm_dir_of(run_dir))
+      for warm_dir, cfg in _warm_runs(config, run_dir, seed, scheme, retry,
+                                      {"init_from": source, "max_len": max_len}):
+        summary = read_summary(warm_dir)
         if summary is not None:
-          check_finished_run(warm_config(config, scheme, seed, retry, source, max_len),
-                             warm_dir_of(run_dir), summary)
-        source = warm_dir_of(run_dir)
+          check_finished_run(cfg, warm_dir, summary)
+        source = warm_dir
       summary = read_summary(run_dir)
       if summary is not None:
         cfg = attempt_config(config, scheme, seed, retry, summary["step"], source, max_len)
@@ -246,7 +285,7 @@ def _train_attempt(config, workdir, scheme, seed, index, retry, variant, label) 
   checks = []
   # A warm-up finishes before its attempt starts, so this trains only for a new attempt.
   variant = _warmed(config, workdir, scheme, seed, index, retry, variant, label)
-  for steps in stages(exp, split_cap(retry)[1]):
+  for steps in stages(exp, split_retry(retry)[1]):
     summary = read_summary(run_dir)
     check = _checked(run_dir, exp, steps)
     if check is None and summary is not None and summary["step"] > steps:
@@ -275,11 +314,14 @@ def _train_attempt(config, workdir, scheme, seed, index, retry, variant, label) 
     if check["accuracy"] >= exp.kv_criterion:
       break
   met = bool(checks) and checks[-1]["accuracy"] >= exp.kv_criterion
-  warm = read_summary(warm_dir_of(run_dir)) if int(exp.get("kv_warm_steps", 0)) else None
+  pairs = warm_pairs(exp, retry)
+  warms = [read_summary(warm_dir_of(run_dir, i)) or {} for i in range(len(pairs))]
   return {"retry": index, "settings": retry or "(the scheme's own)", "run_dir": run_dir,
-          "warm": warm and {"run_dir": warm_dir_of(run_dir), "steps": warm["step"],
-                            "pairs": int(exp.kv_warm_pairs),
-                            "wall_time_s": warm.get("wall_time_s")},
+          # One warm-up run: its pairs as a number; a curriculum: the list, steps summed.
+          "warm": None if not warms else {"run_dir": warm_dir_of(run_dir, len(pairs) - 1),
+                             "steps": sum(w.get("step", 0) for w in warms),
+                             "pairs": pairs[0] if len(pairs) == 1 else list(pairs),
+                             "wall_time_s": sum(w.get("wall_time_s") or 0 for w in warms)},
           "checks": checks, "met": met, "step": checks[-1]["step"] if checks else None,
           "wall_time_s": (read_summary(run_dir) or {}).get("wall_time_s")}
 
