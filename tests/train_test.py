@@ -89,6 +89,20 @@ def uninterrupted(tmp_path_factory, data_dir):
   return workdir, out
 
 
+def test_synchronous_dispatch_trains_the_same_run_and_still_resumes(tmp_path, data_dir,
+                                                                    uninterrupted):
+  # What the train command does for a large step on the retained heap (host.large_step).
+  reference_dir, reference = uninterrupted
+  sets = ["train.steps=6", "train.checkpoint_every=2"]
+  first = run(tmp_path, data_dir, "--sync_dispatch", "--signal_at_step", "3:SIGTERM", sets=sets)
+  assert first["summary"] == {"step": 3, "stopped": True} and first["async_dispatch"] is False
+  assert reference["async_dispatch"] is True
+  resumed = run(tmp_path, data_dir, "--sync_dispatch", sets=sets)
+  assert resumed["losses"] == reference["losses"]
+  for a, b in zip(params_of(tmp_path), params_of(reference_dir)):
+    np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
 def test_a_signal_saves_and_the_resumed_run_is_bitwise_identical(tmp_path, data_dir,
                                                                  uninterrupted, signal_name):

@@ -85,6 +85,9 @@ def main():
   parser.add_argument("--num_processes", type=int, default=0)
   parser.add_argument("--process_id", type=int, default=-1)
   parser.add_argument("--cpu_devices", type=int, default=None)
+  parser.add_argument("--sync_dispatch", action="store_true",
+                      help="as the train command runs a large step: retained heap, "
+                           "synchronous dispatch (transformer/training/host.py)")
   args = parser.parse_args()
   overrides = dict(item.split("=", 1) for item in args.set)
   config = tiny_config(args.data_dir, args.family, **overrides)
@@ -92,6 +95,10 @@ def main():
   if args.cpu_devices is not None:
     from transformer.training import loop
     loop.configure_host([config], cpu_devices=args.cpu_devices, retain_host_memory=False)
+  if args.sync_dispatch:
+    from transformer.training import host
+    host.SYNC_DISPATCH_UNITS = 0  # every step counts as large
+    host.configure_host([config])
 
   from transformer.training import sharding
   sharding.initialize_distributed(args.coordinator_address, args.num_processes,
@@ -137,7 +144,8 @@ def main():
   summary = loop.train_and_evaluate(config, args.workdir)
   import jax
   out = {"summary": {k: v for k, v in summary.items() if k != "config"},
-         "devices": jax.device_count()}
+         "devices": jax.device_count(),
+         "async_dispatch": jax.config.values["jax_cpu_enable_async_dispatch"]}
   if os.path.exists(os.path.join(args.workdir, "metrics.jsonl")):
     out["losses"] = losses(args.workdir)
   print(json.dumps(out))
