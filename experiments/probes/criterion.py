@@ -9,19 +9,19 @@ is retried once per entry of experiment.kv_retry.<scheme> ("opt.lr=3e-4;opt.warm
 entries separated by "|"), each a new run on the first seed; the other seeds train with the
 settings that met the criterion, and not at all when none did. A retry entry may raise its
 own cap with "kv_max_steps=N" (tuning the steps, as issue 19 asks of RoPE) and its own
-warm-up stages with "kv_warm_pairs=4,8,16" (below); the other entries are config overrides. A scheme that never meets it is a training failure: reported, never
-compared.
+warm-up runs with "kv_warm_pairs=4,8,16" (below); the other entries are config overrides. A
+scheme that never meets it is a training failure: reported, never compared.
 
 With kv_warm_steps > 0 every attempt first trains a warm-up run, kv_warm_steps on items of
 exactly kv_warm_pairs pairs with the attempt's settings, in "<attempt dir>_warm", and its
 stages start from those parameters (train.init_from; fresh optimizer and schedule). Several
 comma-separated counts make a curriculum: one warm-up run per count, each kv_warm_steps long
-and starting from the one before ("_warm", "_warm2", ...). Items restart their positions, so
-a model warmed up on 4 pairs has seen positions up to ~60 only: the sinusoidal one that got
-4-pair items right (0.99) got none of 8, 16 or 32 pairs right, and the absolute schemes then
-stayed below the criterion on 2-32 pairs. Trained
-on 2-32 pairs from the start every model stayed at chance for 2000 steps; ALiBi learns 4-pair
-items in 1000 and carries the lookup to 2-32 pairs (experiments/probes/README.md). The
+and starting from the one before ("_warm", "_warm2", ...). Trained on 2-32 pairs from the
+start every model stayed at chance for 2000 steps; ALiBi learns 4-pair items in 1000 and
+carries the lookup to 2-32 pairs (experiments/probes/README.md). Items restart their
+positions, so a model warmed up on 4 pairs has seen positions up to ~60 only: the sinusoidal
+one that got 4-pair items right (0.99) got none of 8, 16 or 32 pairs right, and the absolute
+schemes then stayed below the criterion on 2-32 pairs. The
 LM-pretrained variant's warm-up starts from the language model. "steps_to_criterion" counts
 the stages only; each attempt's record says what came before it ("warm").
 
@@ -81,7 +81,7 @@ CAP_KEY, WARM_KEY = "kv_max_steps", "kv_warm_pairs"
 def _counts(value, what: str) -> tuple[int, ...]:
   """"4,8,16" (or 4) -> (4, 8, 16): whole numbers >= 1."""
   parts = [p.strip() for p in str(value).split(",")]
-  if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+  if not all(p.isdigit() and int(p) >= 1 for p in parts):
     raise ValueError(f"{what}={value!r}: whole numbers >= 1, separated by commas")
   return tuple(int(p) for p in parts)
 
@@ -106,7 +106,9 @@ def warm_pairs(exp, retry: str = "") -> tuple[int, ...]:
   if not int(exp.get("kv_warm_steps", 0)):
     return ()
   own = split_retry(retry)[2]
-  return own if own is not None else _counts(exp.get("kv_warm_pairs", 0), "experiment.kv_warm_pairs")
+  if own is not None:
+    return own
+  return _counts(exp.get("kv_warm_pairs", 0), "experiment.kv_warm_pairs")
 
 
 def stages(exp, cap: int | None = None) -> list[int]:
@@ -317,13 +319,20 @@ def _train_attempt(config, workdir, scheme, seed, index, retry, variant, label) 
   pairs = warm_pairs(exp, retry)
   warms = [read_summary(warm_dir_of(run_dir, i)) or {} for i in range(len(pairs))]
   return {"retry": index, "settings": retry or "(the scheme's own)", "run_dir": run_dir,
-          # One warm-up run: its pairs as a number; a curriculum: the list, steps summed.
-          "warm": None if not warms else {"run_dir": warm_dir_of(run_dir, len(pairs) - 1),
-                             "steps": sum(w.get("step", 0) for w in warms),
-                             "pairs": pairs[0] if len(pairs) == 1 else list(pairs),
-                             "wall_time_s": sum(w.get("wall_time_s") or 0 for w in warms)},
+          "warm": _warm_record(run_dir, pairs, warms),
           "checks": checks, "met": met, "step": checks[-1]["step"] if checks else None,
           "wall_time_s": (read_summary(run_dir) or {}).get("wall_time_s")}
+
+
+def _warm_record(run_dir, pairs, warms) -> dict | None:
+  """What came before an attempt's stages. One warm-up run: its pairs as a number; a
+  curriculum: the list, with the runs' steps and wall times summed."""
+  if not warms:
+    return None
+  return {"run_dir": warm_dir_of(run_dir, len(pairs) - 1),
+          "steps": sum(w.get("step", 0) for w in warms),
+          "pairs": pairs[0] if len(pairs) == 1 else list(pairs),
+          "wall_time_s": sum(w.get("wall_time_s") or 0 for w in warms)}
 
 
 def train_to_criterion(config, workdir: str, scheme: str, seeds, label: str | None = None,
