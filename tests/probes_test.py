@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from configs import probes as probes_config
@@ -283,3 +284,47 @@ def test_distance_control_is_exact_for_the_probe_design():
     cell = [r for it, r in zip(items, right) if it.num_attractors == k and it.distance == d]
     assert control[key]["n"] == 2 * len(cell)
     assert control[key]["accuracy"] == pytest.approx(sum(cell) / len(cell))
+
+
+def test_retrieval_pools_seeds_by_position_and_u_test(tmp_path, monkeypatch):
+  """Two seeds of one scheme, one fresh (int keys) and one from its JSON cache (str keys):
+  the pooled row counts every item once, its U-test is the test on the pooled counts, the
+  differences carry mean and sd over the seeds, and the plot draws the scheme once."""
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+  from experiments.probes import plots, run  # noqa: PLC0415
+
+  def row(rights):  # {position: right of 100}
+    counts = {p: (r, 100) for p, r in enumerate(rights)}
+    return {"accuracy_by_position": {p: {"accuracy": r / 100, "n": 100,
+                                         "wilson95": run.wilson(r, 100)}
+                                     for p, (r, _) in counts.items()},
+            "context_tokens": 50, "beyond_training": False,
+            "mean_accuracy": float(np.mean(rights)) / 100, "u_test": run.u_test(counts)}
+
+  a, b = [90, 60, 50, 60, 95], [80, 70, 40, 70, 85]
+  fresh = {8: row(a)}
+  cached = json.loads(json.dumps({8: row(b)}))
+  pooled = run.pool_retrieval({"0": fresh, "1": cached})
+  r = pooled[8]
+  assert r["seeds"] == 2 and r["accuracy_by_position"][0]["n"] == 200
+  assert r["accuracy_by_position"][0]["accuracy"] == pytest.approx(0.85)
+  assert r["accuracy_by_position"][0]["over_seeds"]["sd"] == pytest.approx(np.std([.9, .8], ddof=1))
+  assert r["u_test_pooled"] == run.u_test({p: (x + y, 200) for p, (x, y) in enumerate(zip(a, b))})
+  ends = [fresh[8]["u_test"]["ends_minus_middle"], cached["8"]["u_test"]["ends_minus_middle"]]
+  assert r["ends_minus_middle"]["mean"] == pytest.approx(np.mean(ends))
+  assert r["ends_minus_middle"]["sd"] == pytest.approx(np.std(ends, ddof=1))
+  assert r["u_shaped_seeds"] == sum(u["u_test"]["u_shaped"] for u in (fresh[8], cached["8"]))
+  assert pooled == run.pool_retrieval({"0": json.loads(json.dumps(fresh)), "1": cached})
+
+  results = {"kv_train_pairs": 8, "kv_min_pairs": 2,
+             "retrieval": {"alibi": {"0": fresh, "1": cached}},
+             "retrieval_pooled": {"alibi": pooled},
+             "retrieval_criterion": {"alibi": {"0": {"met": True}, "1": {"met": True}}},
+             "agreement": {}}
+  text = plots.summary(results)
+  assert f"| alibi | 2 | yes | 8 | {np.mean([np.mean(a), np.mean(b)]) / 100:.3f} ± " in text
+  figures = []
+  monkeypatch.setattr(plt, "close", figures.append)
+  plots.retrieval(results, str(tmp_path / "retrieval.png"))
+  legend = [t.get_text() for t in figures[0].axes[-1].get_legend().get_texts()]
+  assert legend == ["alibi (2 seeds)"]

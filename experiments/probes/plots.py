@@ -56,13 +56,22 @@ RETRIEVAL_VARIANTS = (("retrieval", "", "-"), ("retrieval_lm_pretrained", " (LM-
 def retrieval_series(results: dict):
   """(label, style, met, {n: accuracy_by_position}) per model, in a fixed order, so a model
   keeps its colour in every panel even where another has no row (e.g. learned positions
-  beyond their table)."""
+  beyond their table). A scheme with several seeds is one series: its items pooled over the
+  seeds (each position's over_seeds holds the mean and sd of the seeds' accuracies)."""
   out = []
   for key, suffix, style in RETRIEVAL_VARIANTS:
+    criterion = results.get(key.replace("retrieval", "retrieval_criterion"), {})
     for scheme, by_seed in results.get(key, {}).items():
+      pooled = results.get(f"{key}_pooled", {}).get(scheme)
+      if len(by_seed) > 1 and pooled:
+        met = all(criterion.get(scheme, {}).get(seed, {}).get("met") for seed in by_seed)
+        label = (f"{scheme}{suffix} ({len(by_seed)} seeds)"
+                 + ("" if met else " [training failure]"))
+        out.append((label, style, met, {n: r["accuracy_by_position"]
+                                        for n, r in pooled.items()}))
+        continue
       for seed, r_seed in by_seed.items():
-        met = results.get(key.replace("retrieval", "retrieval_criterion"), {}).get(
-            scheme, {}).get(seed, {}).get("met")
+        met = criterion.get(scheme, {}).get(seed, {}).get("met")
         label = (scheme + suffix + (f" s{seed}" if len(by_seed) > 1 else "")
                  + ("" if met else " [training failure]"))
         rows = {n: r["accuracy_by_position"] for n, r in r_seed.items()
@@ -86,9 +95,14 @@ def retrieval(results: dict, path: str) -> str:
       ys = np.array([row[p]["accuracy"] for p in ps])
       err = np.array([[row[p]["accuracy"] - row[p]["wilson95"][0] for p in ps],
                       [row[p]["wilson95"][1] - row[p]["accuracy"] for p in ps]])
+      xs = [int(p) + 1 for p in ps]
       handles[label] = ax.errorbar(
-          [int(p) + 1 for p in ps], ys, yerr=err, marker="o", capsize=2, color=f"C{i % 10}",
+          xs, ys, yerr=err, marker="o", capsize=2, color=f"C{i % 10}",
           linestyle=style if met else ":", alpha=1.0 if met else 0.5, label=label)
+      if "over_seeds" in row[ps[0]]:  # pooled seeds: the band is +- sd over seeds
+        mean = np.array([row[p]["over_seeds"]["mean"] for p in ps])
+        sd = np.array([row[p]["over_seeds"]["sd"] for p in ps])
+        ax.fill_between(xs, mean - sd, mean + sd, color=f"C{i % 10}", alpha=0.15, linewidth=0)
     trained = int(n) <= results["kv_train_pairs"]
     ax.set_title(f"{n} pairs ({'within' if trained else 'beyond'} training)")
     ax.set_xlabel("position of the queried pair (1 = first)")
@@ -101,7 +115,8 @@ def retrieval(results: dict, path: str) -> str:
                        bbox_to_anchor=(1.02, 0.5))
   fig.suptitle(f"Lost in the middle: key-value retrieval by queried position (trained on "
                f"{results.get('kv_min_pairs', '?')}-{results['kv_train_pairs']} pairs; dashed: "
-               f"LM-pretrained; dotted: below the criterion; bars: Wilson 95%)")
+               f"LM-pretrained; dotted: below the criterion; bars: Wilson 95% over the items of all "
+               f"seeds; band: ± sd over seeds)")
   fig.savefig(path, dpi=120, bbox_inches="tight")
   plt.close(fig)
   return path
@@ -132,6 +147,39 @@ def _criterion_lines(results: dict) -> list[str]:
         lines.append(f"| {scheme}{suffix} | {seed} | {rec['met']} | "
                      f"{rec.get('steps_to_criterion') or '—'} | {rec.get('settings', '')} | "
                      f"{checks} |")
+  return lines
+
+
+
+def _pooled_retrieval_lines(results: dict) -> list[str]:
+  """The schemes with more than one seed: mean ± sd over seeds, and the U-test on the items
+  of all seeds pooled."""
+  lines = []
+  for key, suffix, _ in RETRIEVAL_VARIANTS:
+    crit = results.get(key.replace("retrieval", "retrieval_criterion"), {})
+    for scheme, pooled in results.get(f"{key}_pooled", {}).items():
+      seeds = results[key][scheme]
+      if len(seeds) < 2:
+        continue
+      if not lines:
+        lines = ["", "Over seeds (schemes with more than one seed): mean ± sd over the seeds; "
+                 "the U-test again on the items of all seeds pooled, with its 95% interval over "
+                 "items; how many seeds' own rows are U-shaped.", "",
+                 "| scheme | seeds | compared | pairs | mean accuracy | first - middle | "
+                 "last - middle | ends - middle | pooled ends - middle [95%] | U-shaped seeds |",
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+      met = all(crit.get(scheme, {}).get(seed, {}).get("met") for seed in seeds)
+      for n, row in pooled.items():
+        sd = lambda k: (f"{row[k]['mean']:+.3f} ± {row[k]['sd']:.3f}" if k in row else "")
+        u = row["u_test_pooled"]
+        ci = (f"{u['ends_minus_middle']:+.3f} [{u['ends_minus_middle_ci95'][0]:+.3f}, "
+              f"{u['ends_minus_middle_ci95'][1]:+.3f}]" if "ends_minus_middle" in u
+              else u.get("why", ""))
+        lines.append(
+            f"| {scheme}{suffix} | {row['seeds']} | {'yes' if met else 'no (training failure)'} "
+            f"| {n} | {row['mean_accuracy']['mean']:.3f} ± {row['mean_accuracy']['sd']:.3f} | "
+            f"{sd('first_minus_middle')} | {sd('last_minus_middle')} | "
+            f"{sd('ends_minus_middle')} | {ci} | {row['u_shaped_seeds']}/{row['seeds']} |")
   return lines
 
 
@@ -197,6 +245,7 @@ def summary(results: dict) -> str:
               f"{u['first_minus_middle']:+.3f} ± {u['first_se']:.3f} | "
               f"{u['last_minus_middle']:+.3f} ± {u['last_se']:.3f} | "
               f"{u['ends_minus_middle']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {u['u_shaped']} |")
+  lines += _pooled_retrieval_lines(results)
   lines += ["", f"LM-pretrained rows: {results.get('lm_then_retrieval')}", ""]
   maps = results.get("attention_maps")
   if maps:

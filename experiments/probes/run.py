@@ -216,6 +216,42 @@ def u_test(counts: dict) -> dict:
                            and last > 0)}
 
 
+
+def pool_retrieval(by_seed: dict) -> dict:
+  """A scheme's retrieval rows over its seeds, per number of pairs: mean +- sd over seeds of
+  the mean accuracy, of each position's accuracy and of the U-test's differences; how many
+  seeds' rows are U-shaped; and the U-test on the items of all seeds pooled (its interval is
+  over items, the sd over seeds). Rows read from a JSON cache (str keys) and fresh ones (int
+  keys) pool alike."""
+  stat = lambda xs: {"mean": float(np.mean(xs)),
+                     "sd": float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0}
+  pooled = {}
+  for n in sorted({int(n) for r in by_seed.values() for n in r}):
+    rows = [r.get(n, r.get(str(n))) for r in by_seed.values()]
+    rows = [row for row in rows if row and "accuracy_by_position" in row]
+    if not rows:
+      continue
+    counts, accs = {}, {}
+    for row in rows:
+      for p, c in row["accuracy_by_position"].items():
+        right, total = counts.get(int(p), (0, 0))
+        counts[int(p)] = (right + round(c["accuracy"] * c["n"]), total + c["n"])
+        accs.setdefault(int(p), []).append(c["accuracy"])
+    u_rows = [row["u_test"] for row in rows if row["u_test"].get("u_shaped") is not None]
+    pooled[n] = {
+        "seeds": len(rows), "context_tokens": rows[0]["context_tokens"],
+        "beyond_training": rows[0].get("beyond_training"),
+        "mean_accuracy": stat([row["mean_accuracy"] for row in rows]),
+        "accuracy_by_position": {p: {"accuracy": right / total, "n": total,
+                                     "wilson95": wilson(right, total),
+                                     "over_seeds": stat(accs[p])}
+                                 for p, (right, total) in sorted(counts.items())},
+        "u_test_pooled": u_test(counts),
+        "u_shaped_seeds": sum(bool(u["u_shaped"]) for u in u_rows),
+        **{k: stat([u[k] for u in u_rows]) for k in
+           ("first_minus_middle", "last_minus_middle", "ends_minus_middle") if u_rows}}
+  return pooled
+
 def main(argv):
   del argv
   run(cli.config(FLAGS["config"]), FLAGS.workdir)
@@ -362,6 +398,8 @@ def run(config, workdir: str) -> None:
         results[key].setdefault(scheme, {})[seed] = r
         record["accuracy_at_training_pairs"] = r.get(exp.kv_train_pairs, {}).get(
             "mean_accuracy")
+  for key in ("retrieval", "retrieval_lm_pretrained"):
+    results[f"{key}_pooled"] = {s: pool_retrieval(r) for s, r in results[key].items()}
   # Schemes compared in the lost-in-the-middle results: those whose every seed met the
   # criterion; the others are training failures.
   results["retrieval_compared"] = {
