@@ -46,6 +46,7 @@ import numpy as np
 from experiments.extrapolation.run import (check_finished_run, parse_overrides, run_dir_of,
                                            scheme_config)
 from experiments import records
+from experiments.probes.stats import wilson
 from transformer import data
 from transformer.data import kv_retrieval
 from transformer.inference.scoring import Scorer
@@ -64,7 +65,6 @@ def check_items(num_pairs: int, count: int, seed: int = 0) -> list[tuple[str, st
 
 def check_accuracy(run_dir: str, step: int, exp) -> dict:
   """Exact-match accuracy of the run's step-`step` parameters on the check items."""
-  from experiments.probes.run import wilson  # noqa: PLC0415 (run imports this module)
   _, model_config, params, tokenizer = records.load(run_dir, step)
   items = check_items(exp.kv_train_pairs, exp.kv_check_items, exp.seed)
   _, exact = Scorer(model_config, params).continuation_scores(

@@ -9,11 +9,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import results as experiment_results  # noqa: E402
+from experiments.probes.stats import wilson  # noqa: E402
 
 
 def _pooled_by(by_seed: dict, key: str) -> dict:
   """{value: (accuracy, lo, hi)} pooling items over seeds (Wilson over the pooled items)."""
-  from experiments.probes.run import wilson  # noqa: PLC0415 (run imports this module)
   out = {}
   for r in by_seed.values():
     for x, c in (r.get(key) or {}).items():

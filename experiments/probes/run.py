@@ -28,6 +28,8 @@ from experiments.extrapolation.run import (check_schemes, run_dir_of, scheme_con
 from experiments import records
 from experiments import results as experiment_results
 from experiments.probes import criterion, heads, plots
+# u_test and wilson are also read as run.u_test / run.wilson (tests).
+from experiments.probes.stats import pool_retrieval, pool_seeds, u_test, wilson  # noqa: F401
 from transformer import cli, data, schema
 from transformer.data import grammar
 from transformer.training import checkpoint, loop
@@ -83,15 +85,6 @@ def agreement_correct(scorer, tokenizer, items, boundaries=WORD_BOUNDARIES) -> n
   bad = word_logprobs(scorer, tokenizer, prefixes, [it.wrong for it in items], boundaries)
   return good > bad
 
-
-def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
-  """Wilson score interval of a binomial proportion (95% by default)."""
-  if n == 0:
-    return [float("nan"), float("nan")]
-  p = successes / n
-  centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-  half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-  return [float(centre - half), float(centre + half)]
 
 
 def _proportion(values) -> dict:
@@ -178,79 +171,7 @@ def retrieval(scorer, tokenizer, exp, max_len: int) -> dict:
   return out
 
 
-def u_test(counts: dict) -> dict:
-  """The lost-in-the-middle test, fixed before any result: from {position: (right, n)} over
-  evenly spaced positions, ends = the first and the last position, middle = the middle third
-  of the positions (pooled). The row is U-shaped when EACH end beats the middle by more than
-  2 standard errors (binomial, independent samples); pooled ends minus middle is reported
-  with its 95% interval (+- 1.96 SE)."""
-  positions = sorted(counts)
-  if len(positions) < 3:
-    return {"u_shaped": None, "why": "fewer than 3 positions"}
-  third = max(1, len(positions) // 3)
-  start = (len(positions) - third) // 2
-  middle = positions[start:start + third]
-  if positions[0] in middle or positions[-1] in middle:
-    return {"u_shaped": None, "why": "too few positions for a middle"}
 
-  def pooled(ps):
-    right = sum(counts[p][0] for p in ps)
-    n = sum(counts[p][1] for p in ps)
-    return right / n, n
-
-  def diff(a, b):
-    (pa, na), (pb, nb) = a, b
-    se = np.sqrt(pa * (1 - pa) / na + pb * (1 - pb) / nb)
-    return float(pa - pb), float(se)
-
-  m = pooled(middle)
-  first, first_se = diff(pooled([positions[0]]), m)
-  last, last_se = diff(pooled([positions[-1]]), m)
-  ends, ends_se = diff(pooled([positions[0], positions[-1]]), m)
-  return {"middle_positions": middle, "middle": m[0], "first_minus_middle": first,
-          "first_se": first_se, "last_minus_middle": last, "last_se": last_se,
-          "ends_minus_middle": ends, "ends_se": ends_se,
-          "ends_minus_middle_ci95": [ends - 1.96 * ends_se, ends + 1.96 * ends_se],
-          # A perfect (or all-wrong) row has SE 0: no difference, not a U.
-          "u_shaped": bool(first > 2 * first_se and last > 2 * last_se and first > 0
-                           and last > 0)}
-
-
-
-def pool_retrieval(by_seed: dict) -> dict:
-  """A scheme's retrieval rows over its seeds, per number of pairs: mean +- sd over seeds of
-  the mean accuracy, of each position's accuracy and of the U-test's differences; how many
-  seeds' rows are U-shaped; and the U-test on the items of all seeds pooled (its interval is
-  over items, the sd over seeds). Rows read from a JSON cache (str keys) and fresh ones (int
-  keys) pool alike."""
-  stat = lambda xs: {"mean": float(np.mean(xs)),
-                     "sd": float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0}
-  pooled = {}
-  for n in sorted({int(n) for r in by_seed.values() for n in r}):
-    rows = [r.get(n, r.get(str(n))) for r in by_seed.values()]
-    rows = [row for row in rows if row and "accuracy_by_position" in row]
-    if not rows:
-      continue
-    counts, accs = {}, {}
-    for row in rows:
-      for p, c in row["accuracy_by_position"].items():
-        right, total = counts.get(int(p), (0, 0))
-        counts[int(p)] = (right + round(c["accuracy"] * c["n"]), total + c["n"])
-        accs.setdefault(int(p), []).append(c["accuracy"])
-    u_rows = [row["u_test"] for row in rows if row["u_test"].get("u_shaped") is not None]
-    pooled[n] = {
-        "seeds": len(rows), "context_tokens": rows[0]["context_tokens"],
-        "beyond_training": rows[0].get("beyond_training"),
-        "mean_accuracy": stat([row["mean_accuracy"] for row in rows]),
-        "accuracy_by_position": {p: {"accuracy": right / total, "n": total,
-                                     "wilson95": wilson(right, total),
-                                     "over_seeds": stat(accs[p])}
-                                 for p, (right, total) in sorted(counts.items())},
-        "u_test_pooled": u_test(counts),
-        "u_shaped_seeds": sum(bool(u["u_shaped"]) for u in u_rows),
-        **{k: stat([u[k] for u in u_rows]) for k in
-           ("first_minus_middle", "last_minus_middle", "ends_minus_middle") if u_rows}}
-  return pooled
 
 def main(argv):
   del argv
@@ -428,25 +349,6 @@ LM_THEN_RETRIEVAL = ("the language model of the same scheme and seed ({lm_dir}/r
                      "seed<k>), then trained on retrieval from its parameters (fresh "
                      "optimizer) to the same criterion; schemes: {schemes}")
 
-
-def pool_seeds(by_seed: dict) -> dict:
-  """Agreement by attractors over seeds: mean +- sd of the seeds' accuracies, and the
-  pooled Wilson interval (items x seeds)."""
-  out = {}
-  for k in range(5):
-    # A seed evaluated in this process has int keys; one read from its JSON cache, str keys.
-    cells = [r["by_attractors"].get(str(k), r["by_attractors"].get(k)) for r in by_seed.values()]
-    cells = [c for c in cells if c]
-    if not cells:
-      out[str(k)] = None
-      continue
-    accs = np.array([c["accuracy"] for c in cells])
-    right = sum(round(c["accuracy"] * c["n"]) for c in cells)
-    n = sum(c["n"] for c in cells)
-    out[str(k)] = {"mean": float(accs.mean()), "sd": float(accs.std(ddof=1)) if len(accs) > 1
-              else 0.0, "seeds": len(cells), "n_per_seed": cells[0]["n"],
-              "wilson95_pooled": wilson(right, n)}
-  return out
 
 
 def distance_control(by_seed: dict) -> dict:
