@@ -150,7 +150,6 @@ def _criterion_lines(results: dict) -> list[str]:
   return lines
 
 
-
 def _pooled_retrieval_lines(results: dict) -> list[str]:
   """The schemes with more than one seed: mean ± sd over seeds, and the U-test on the items
   of all seeds pooled."""
