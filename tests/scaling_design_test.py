@@ -126,7 +126,7 @@ def test_lr_sweep_design_and_law(tmp_path):
 
 def test_stdlib_prunes_budgets_that_repeat_the_data():
   config = _design("stdlib", lr_law="0.05,-0.3")
-  assert config.data.name == "python_stdlib"
+  assert config.data.name == "python_stdlib" and config.data.shuffle_window > 0
   for r in sweep.expand(config):
     assert r["tokens"] <= 4 * scaling.STDLIB_TOKENS
   config.sweep.dataset_tokens = 1e6  # a corpus this small feeds only the smallest budgets

@@ -4,6 +4,7 @@
     .seed(seed).shuffle().repeat(n)     a new deterministic order every epoch
     .random_map(featurize)              per-example rng: seed x epoch x index
     -> split long documents into seq_len pieces
+    -> (data.shuffle_window > 0) shuffle the pieces within windows of that many
     -> first-fit packing (or padding) to seq_len, with segment ids and positions
     -> batch, padding a final partial batch with empty rows (weights 0)
 
@@ -41,6 +42,10 @@ def default_config() -> ml_collections.ConfigDict:
       packing=True,            # False: one document (piece) per row, padded
       cross_document=False,    # lm + packing: a row is one segment, attention crosses the
                                # documents packed in it (GPT-2 / Press et al. style streams)
+      shuffle_window=0,        # > 0: shuffle the pieces (documents, and the seq_len pieces a
+                               # long one is split into) within windows of this many, before
+                               # packing, so a long document does not fill many consecutive
+                               # batches; 0 keeps each document's pieces together
       data_dir="",             # '' -> $TFDS_DATA_DIR -> ~/tensorflow_datasets
       size="small",            # synthetic datasets: see builders.SIZES
       doc_sentences="3,7",     # grammar_corpus: "lo,hi" sentences per document; other than
@@ -82,6 +87,8 @@ def validate(data_config, objective: str | None = None,
                      f"--config.model.vocab_size={needed}")
   if data_config.seq_len < 2:
     raise ValueError(f"data.seq_len must be >= 2, got {data_config.seq_len}")
+  if data_config.get("shuffle_window", 0) < 0:
+    raise ValueError(f"data.shuffle_window must be >= 0 (0: off), got {data_config.shuffle_window}")
   if data_config.cross_document and (not data_config.packing or objective not in (None, "lm")):
     raise ValueError("data.cross_document needs data.packing=True and the 'lm' objective")
   if objective is not None and featurize.get_objective(objective).needs_seq2seq:
@@ -187,6 +194,12 @@ def make_dataset(data_config, tokenizer, *, split, batch_size, objective, seed,
   # Featurizing is light numpy work; a few threads keep ahead without flooding 2-core hosts.
   it = ds.to_iter_dataset(grain.ReadOptions(num_threads=4, prefetch_buffer_size=64))
   it = grain.experimental.FlatMapIterDataset(it, _Split(obj.split, data_config.seq_len))
+  if data_config.get("shuffle_window", 0) > 0:
+    # A document longer than a row becomes consecutive pieces; a corpus of long files (as
+    # python_stdlib) would otherwise feed one file to many batches in a row. Seeded per
+    # window, with exact iterator state (the window restarts from its parent's saved state).
+    it = grain.experimental.WindowShuffleIterDataset(
+        it, window_size=data_config.shuffle_window, seed=seed)
   seq_len = data_config.seq_len
   if data_config.packing:
     # Rows fill up until a piece fits in none of them, so more open rows than a batch pack
