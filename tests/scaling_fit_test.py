@@ -277,3 +277,25 @@ def test_ablation_table_measures_the_change_in_a(tmp_path):
   before = dict(lr="lr 0.003", warmup="warmup 50", beta2="beta2 0.95")
   assert ablation.label(before, {**before, "lr": "lr(N) law"}) == "+ lr(N) law"
   assert ablation.label(None, before) == "original: lr 0.003, warmup 50, beta2 0.95"
+
+
+def test_eval_noise_of_a_grid(tmp_path):
+  from experiments.scaling import eval_noise  # pylint: disable=g-import-not-at-top
+  def run(name, losses, finished=True):
+    d = tmp_path / name
+    d.mkdir()
+    rows = [{"step": 10 * i, "loss": 9.0} for i in range(3)]
+    rows += [{"step": 100 * (i + 1), "eval_loss": v} for i, v in enumerate(losses)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if finished:
+      (d / "summary.json").write_text("{}")
+  run("N=1,C=1", [3.0, 2.0, 1.0, 1.1])         # last half: |1.0 - 1.1|; final +0.1
+  run("N=2,C=1", [3.0, 2.5, 2.0, 2.0, 1.5])    # last half: 0, 0.5; final -0.5
+  run("N=3,C=1", [1.0, 9.0], finished=False)  # unfinished: left out
+  n = eval_noise.grid_noise(str(tmp_path))
+  assert n["runs"] == 2 and n["final_jumps_over_0.05"] == 2
+  assert np.isclose(n["final_minus_previous_max_abs"], 0.5)
+  assert np.isclose(n["final_minus_previous_median"], -0.2)
+  assert np.isclose(n["swing_max"], 0.5) and np.isclose(n["swing_median"], 0.1)
+  with pytest.raises(ValueError, match="no finished run"):
+    eval_noise.grid_noise(str(tmp_path / "N=3,C=1"))
