@@ -31,6 +31,12 @@ FAKE_TRAIN = textwrap.dedent('''
     ckpt = os.path.join(workdir, "ckpt")
     resumed = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
     start = time.time()
+    # FAKE_OVERLAP=n: wait (up to 5 s) until n runs of the sweep have started, so runs that the
+    # launcher starts together overlap however slowly a loaded machine starts each process.
+    open(os.path.join(os.path.dirname(workdir), "started." + os.path.basename(workdir)), "w").close()
+    while (len([f for f in os.listdir(os.path.dirname(workdir)) if f.startswith("started.")])
+           < int(os.environ.get("FAKE_OVERLAP", 0)) and time.time() - start < 5):
+      time.sleep(0.05)
     time.sleep(0.4)
     call = dict(name=os.path.basename(workdir), start=start, end=time.time(), resumed=resumed,
                 cpus=sorted(os.sched_getaffinity(0)), xla=os.environ.get("XLA_FLAGS", ""),
@@ -234,7 +240,8 @@ def _calls(workdir):
     return [json.loads(line) for line in f]
 
 
-def test_local_runs_in_parallel_skips_finished_and_tabulates(tmp_path, fake_train):
+def test_local_runs_in_parallel_skips_finished_and_tabulates(tmp_path, fake_train, monkeypatch):
+  monkeypatch.setenv("FAKE_OVERLAP", "2")
   workdir = str(tmp_path / "sweep")
   config = _config(kind="grid", axes="opt.lr=1e-3,3e-3;model.d_model=64,128")
   result = local.run_sweep(config, workdir, config_arg="cfg.py", parallel=2,
