@@ -3,6 +3,7 @@
 Markers: `slow` marks subprocess, end-to-end and experiment tests; `pytest -m "not slow"` is
 the inner loop, CI runs everything."""
 
+import os
 import pathlib
 
 import pytest
@@ -14,3 +15,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def data_dir(tmp_path_factory) -> str:
   """A TFDS data directory for the module's built-in datasets (built on first use)."""
   return str(tmp_path_factory.mktemp("tfds"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compilation_cache(tmp_path_factory):
+  """One persistent JAX compilation cache for the whole session, this process and every
+  subprocess a test starts (they inherit the environment): the suite compiles the same tiny
+  programs in many processes, and XLA:CPU compiles dominate their time. The directory is
+  shared by pytest-xdist's workers (the parent of their per-worker base temp)."""
+  from helpers import tiny_run  # noqa: PLC0415 (imports jax: not at collection)
+  base = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    base = base.parent
+  os.environ.update(tiny_run.use_compilation_cache(str(base / "jax_cache")))
