@@ -116,8 +116,7 @@ def two_launches(tmp_path_factory, data_dir):
   then released to finish. Returns (workdir, the second launch, the first's output)."""
   base = tmp_path_factory.mktemp("two_launches")
   workdir, go = base / "run", base / "go"
-  env = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent /
-                                           "jax_cache"))
+  env = dict(os.environ)  # with the session's compilation cache (conftest.py)
   first = subprocess.Popen(
       [sys.executable, os.path.join(HERE, "helpers", "tiny_run.py"), "--workdir", str(workdir),
        "--data_dir", data_dir, "--set", "train.steps=3", "--wait_for", str(go)],

@@ -52,7 +52,6 @@ DAMAGE = {  # name: (what to do to step 4, the step it names, the words that say
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, data_dir):
   """A 4-step tiny run with checkpoints at steps 2 and 4 (sha256 records written)."""
-  tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
   workdir = tmp_path_factory.mktemp("trained") / "run"
   config = tiny_run.tiny_config(data_dir, **{"train.steps": 4, "train.checkpoint_every": 2})
   loop.train_and_evaluate(config, str(workdir))

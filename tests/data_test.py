@@ -11,16 +11,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from helpers.tiny_run import tiny_data
 from transformer import data
 from transformer.data import builders, grammar, kv_retrieval, featurize, sources
-
-
-def _config(tmp, **overrides):
-  config = data.default_config()
-  config.size = "tiny"
-  config.data_dir = str(tmp)
-  config.update(overrides)
-  return config
 
 
 def _records(config, split):
@@ -29,8 +22,8 @@ def _records(config, split):
 
 @pytest.mark.parametrize("name", ["grammar_corpus", "algorithmic", "kv_retrieval"])
 def test_builders_are_deterministic(tmp_path, name):
-  a = _config(tmp_path / "a", name=name, max_length=6)
-  b = _config(tmp_path / "b", name=name, max_length=6)
+  a = tiny_data(tmp_path / "a", name=name, max_length=6)
+  b = tiny_data(tmp_path / "b", name=name, max_length=6)
   for split in ("train", "validation"):
     assert _records(a, split) == _records(b, split)
   assert len(sources.load(a, "train")) == builders.SIZES["tiny"][0]
@@ -72,7 +65,7 @@ def test_processes_generating_one_dataset_at_once_share_it(tmp_path):
 
 
 def test_algorithmic_long_split_is_longer(data_dir):
-  config = _config(data_dir, name="algorithmic", task="reverse", min_length=2, max_length=5)
+  config = tiny_data(data_dir, name="algorithmic", task="reverse", min_length=2, max_length=5)
   short = _records(config, "train")
   long = _records(config, "test_long")
   assert all(2 <= len(r["inputs"]) <= 5 and r["targets"] == r["inputs"][::-1] for r in short)
@@ -80,7 +73,7 @@ def test_algorithmic_long_split_is_longer(data_dir):
 
 
 def test_python_stdlib_splits_never_share_a_file(data_dir):
-  config = _config(data_dir, name="python_stdlib")
+  config = tiny_data(data_dir, name="python_stdlib")
   paths = {split: [r["path"] for r in _records(config, split)]
            for split in ("train", "validation", "test")}
   sets = {split: set(p) for split, p in paths.items()}
@@ -101,7 +94,7 @@ def test_text_folder_splits_by_path(tmp_path):
   for i in range(60):
     (folder / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
     (folder / f"d{i % 3}" / f"f{i}.txt").write_text(f"document number {i}\n")
-  config = _config(tmp_path / "tfds", name="text_folder", path=str(folder))
+  config = tiny_data(tmp_path / "tfds", name="text_folder", path=str(folder))
   splits = {s: {r["path"] for r in _records(config, s)} for s in ("train", "validation", "test")}
   assert sum(len(p) for p in splits.values()) == 60
   assert all(builders.split_of(p) == s for s, paths in splits.items() for p in paths)
@@ -122,7 +115,7 @@ def test_text_folder_splits_are_never_empty(tmp_path, num_files):
     (folder / f"doc{i}.txt").write_text(texts[f"doc{i}.txt"])
   splits = [{s: sorted((r["path"], r["text"]) for r in _records(config, s))
              for s in _SPLITS}
-            for config in (_config(tmp_path / d, name="text_folder", path=str(folder))
+            for config in (tiny_data(tmp_path / d, name="text_folder", path=str(folder))
                            for d in ("a", "b"))]
   assert splits[0] == splits[1]  # deterministic
   assert all(any(text.strip() for _, text in splits[0][s]) for s in _SPLITS)
@@ -149,11 +142,11 @@ def test_text_folder_without_text_is_a_one_line_error(tmp_path):
   for path, message in cases.items():
     # data.validate (the train command's check) refuses it before TFDS makes a directory.
     with pytest.raises(ValueError, match=message):
-      data.validate(_config(tmp_path / "tfds", name="text_folder", path=path))
+      data.validate(tiny_data(tmp_path / "tfds", name="text_folder", path=path))
   assert not os.path.exists(tmp_path / "tfds" / "text_folder")
   for path, message in cases.items():
     with pytest.raises(ValueError, match=message) as e:
-      _records(_config(tmp_path / "tfds", name="text_folder", path=path), "train")
+      _records(tiny_data(tmp_path / "tfds", name="text_folder", path=path), "train")
     assert "\n" not in str(e.value)
 
 
@@ -173,15 +166,15 @@ def test_catalog_dataset_prepared_on_disk(tmp_path):
         yield i, {"sentence": f"catalog sentence {i}"}
 
   CatalogToyForDataTest(data_dir=str(tmp_path), file_format="array_record").download_and_prepare()
-  config = _config(tmp_path, name="catalog_toy_for_data_test", text_key="sentence")
+  config = tiny_data(tmp_path, name="catalog_toy_for_data_test", text_key="sentence")
   texts = sorted(r["text"] for r in _records(config, "train"))
   assert texts == sorted(f"catalog sentence {i}" for i in range(10))
   with pytest.raises(ValueError, match="no feature data.text_key='text'"):
-    sources.load(_config(tmp_path, name="catalog_toy_for_data_test"), "train")
+    sources.load(tiny_data(tmp_path, name="catalog_toy_for_data_test"), "train")
 
 
 def test_unknown_names_fail_with_valid_choices(tmp_path):
-  tokenizer = data.get_tokenizer(_config(tmp_path))
+  tokenizer = data.get_tokenizer(tiny_data(tmp_path))
   cases = [
       (dict(name="no_such_data"), "lm", r"unknown dataset 'no_such_data': built-in datasets "
        r"are \['algorithmic'.*tfds build"),
@@ -196,14 +189,14 @@ def test_unknown_names_fail_with_valid_choices(tmp_path):
       (dict(), "seq2seq", r"inputs/targets dataset \['algorithmic', 'kv_retrieval'\]"),
   ]
   for overrides, objective, message in cases:
-    config = _config(tmp_path, **overrides)
+    config = tiny_data(tmp_path, **overrides)
     with pytest.raises(ValueError, match=message):
       data.make_iterator(config, tokenizer, split="train", batch_size=2, objective=objective,
                          seed=0)
   with pytest.raises(ValueError, match="valid:"):
-    data.get_tokenizer(_config(tmp_path, tokenizer="wordpiece"))
+    data.get_tokenizer(tiny_data(tmp_path, tokenizer="wordpiece"))
   with pytest.raises(ValueError, match="Unknown split 'nope'"):
-    sources.load(_config(tmp_path), "nope")
+    sources.load(tiny_data(tmp_path), "nope")
 
 
 def test_bytes_tokenizer_round_trip():
@@ -217,7 +210,7 @@ def test_bytes_tokenizer_round_trip():
 
 
 def test_sentencepiece_trains_once_and_round_trips(tmp_path, data_dir):
-  config = _config(data_dir, tokenizer="sentencepiece", vocab_size=400,
+  config = tiny_data(data_dir, tokenizer="sentencepiece", vocab_size=400,
                    tokenizer_train_chars=40_000)
   workdir = tmp_path / "run"
   tokenizer = data.get_tokenizer(config, str(workdir))
@@ -234,18 +227,18 @@ def test_sentencepiece_trains_once_and_round_trips(tmp_path, data_dir):
 
 
 def test_vocab_size_is_checked_before_the_tokenizer_is_trained(tmp_path):
-  config = _config(tmp_path / "tfds", tokenizer="sentencepiece", vocab_size=1000)
+  config = tiny_data(tmp_path / "tfds", tokenizer="sentencepiece", vocab_size=1000)
   with pytest.raises(ValueError, match=r"has 1000 tokens \(data.vocab_size\) but model.vocab_size "
                      r"is 260; set --config.model.vocab_size=1000$"):
     data.validate(config, "lm", model_vocab_size=260)
   assert not (tmp_path / "tfds").exists()  # nothing generated, nothing trained
   data.validate(config, "lm", model_vocab_size=1000)
   with pytest.raises(ValueError, match="set --config.model.vocab_size=260$"):
-    data.validate(_config(tmp_path), "lm", model_vocab_size=100)
+    data.validate(tiny_data(tmp_path), "lm", model_vocab_size=100)
 
 
 def test_sentencepiece_vocab_too_small_for_the_corpus_is_a_one_line_error(tmp_path, data_dir):
-  config = _config(data_dir, tokenizer="sentencepiece", vocab_size=200,
+  config = tiny_data(data_dir, tokenizer="sentencepiece", vocab_size=200,
                    tokenizer_train_chars=20_000)
   with pytest.raises(ValueError, match=r"cannot train data.vocab_size=200 .*smaller than "
                      r"required_chars. 200 vs \d+.*raise data.vocab_size$"):
@@ -265,7 +258,7 @@ def _chunks(config, tokenizer, objective, split):
 
 @pytest.mark.parametrize("packing", [True, False])
 def test_lm_rows_hold_whole_unmixed_documents(data_dir, packing):
-  config = _config(data_dir, seq_len=64, packing=packing)
+  config = tiny_data(data_dir, seq_len=64, packing=packing)
   tokenizer = data.get_tokenizer(config)
   pieces = _chunks(config, tokenizer, "lm", "validation")
   unseen = set(pieces)
@@ -296,7 +289,7 @@ def test_lm_rows_hold_whole_unmixed_documents(data_dir, packing):
 
 
 def test_lm_prompt_loss_only_on_targets(data_dir):
-  config = _config(data_dir, name="kv_retrieval", num_pairs=3, seq_len=64)
+  config = tiny_data(data_dir, name="kv_retrieval", num_pairs=3, seq_len=64)
   tokenizer = data.get_tokenizer(config)
   batch = next(data.make_iterator(config, tokenizer, split="train", batch_size=2, objective="lm",
                                   seed=0))
@@ -306,7 +299,7 @@ def test_lm_prompt_loss_only_on_targets(data_dir):
 
 
 def test_mlm_masking_proportions(data_dir):
-  config = _config(data_dir, seq_len=128)
+  config = tiny_data(data_dir, seq_len=128)
   tokenizer = data.get_tokenizer(config)
   it = data.make_iterator(config, tokenizer, split="train", batch_size=16, objective="mlm", seed=0)
   real = selected = masked = randomized = kept = 0
@@ -336,7 +329,7 @@ def test_mlm_masking_proportions(data_dir):
 
 @pytest.mark.parametrize("packing", [True, False])
 def test_seq2seq_batches(data_dir, packing):
-  config = _config(data_dir, name="algorithmic", task="sort", max_length=8, seq_len=32,
+  config = tiny_data(data_dir, name="algorithmic", task="sort", max_length=8, seq_len=32,
                    packing=packing)
   tokenizer = data.get_tokenizer(config)
   batch = next(data.make_iterator(config, tokenizer, split="train", batch_size=3,
@@ -357,13 +350,13 @@ def test_seq2seq_batches(data_dir, packing):
       assert tokenizer.decode(dec_out) == "".join(sorted(source))
     assert not batch["decoder_weights"][row][dec_ids == 0].any()
   with pytest.raises(ValueError, match="raise data.seq_len"):
-    next(data.make_iterator(_config(data_dir, name="algorithmic", task="sort", max_length=8,
+    next(data.make_iterator(tiny_data(data_dir, name="algorithmic", task="sort", max_length=8,
                                     seq_len=4), tokenizer, split="train", batch_size=3,
                             objective="seq2seq", seed=0))
 
 
 def test_shards_are_disjoint_and_cover_the_split(data_dir):
-  config = _config(data_dir, name="kv_retrieval", num_pairs=3, seq_len=64, packing=False)
+  config = tiny_data(data_dir, name="kv_retrieval", num_pairs=3, seq_len=64, packing=False)
   tokenizer = data.get_tokenizer(config)
   docs = []
   for shard in range(3):
@@ -382,7 +375,7 @@ def test_shards_are_disjoint_and_cover_the_split(data_dir):
 
 
 def test_unigram_entropy_matches_direct_count(data_dir):
-  config = _config(data_dir)
+  config = tiny_data(data_dir)
   tokenizer = data.get_tokenizer(config)
   entropy = data.unigram_entropy(config, tokenizer, "validation")
   counts = {}

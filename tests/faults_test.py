@@ -23,8 +23,7 @@ pytestmark = pytest.mark.slow  # subprocesses (conftest.py)
 def env(tmp_path_factory, data_dir):
   """The subprocesses' environment, once a first run built the corpus (its progress bars
   would be on stderr) and filled the compilation cache."""
-  out = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
-  out = dict(out, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
+  out = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
   warm = _train(out, tmp_path_factory.mktemp("warm") / "run", data_dir, 1)
   assert warm.returncode == 0, warm.stderr[-3000:]
   return out

@@ -166,7 +166,6 @@ def test_fine_tune_a_converted_checkpoint(name, data_dir, tmp_path):
   vocab = 64 if seq2seq else 96
   hf_dir, conv, ft = tmp_path / "hf", tmp_path / "conv", tmp_path / "ft"
   hf_dir.mkdir()
-  tiny_run.use_compilation_cache(str(tmp_path / "jax_cache"))
   from transformer.data import pipeline
   data_config = pipeline.default_config()  # the data the converted run's config names
   data_config.update(dict(name="algorithmic", task="reverse") if seq2seq else dict(size="tiny"))
@@ -301,7 +300,6 @@ def test_init_from_restores_across_param_dtype_and_scan_layers(data_dir, tmp_pat
   """Storage keys may differ: a float32 per-layer source into a bfloat16 scanned run (cast
   and restacked on the devices) starts where the source ended."""
   from transformer.training import loop
-  tiny_run.use_compilation_cache(str(tmp_path / "jax_cache"))
   src = str(tmp_path / "src")
   loop.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 30}), src)
   last = [r["loss"] for r in _rows(src)][-5:]

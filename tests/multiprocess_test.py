@@ -34,7 +34,7 @@ def _cmd(workdir, data_dir, *flags):
 
 
 def test_two_processes_agree_with_one(tmp_path, tmp_path_factory):
-  env = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
+  env = dict(os.environ)
   data_dir = str(tmp_path / "tfds")
   one_env = dict(env, XLA_FLAGS=env.get("XLA_FLAGS", "") +
                  " --xla_force_host_platform_device_count=2")
@@ -67,7 +67,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_logging_step(tmp_path, tm
   # The hosts share their stop flags only every train.log_every steps: a SIGTERM that process
   # 0 takes while fetching step 3's batch stops both processes after step 4 (not 3), with one
   # checkpoint of step 4 that both wrote their shards of. Only process 0 prints.
-  env = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
+  env = dict(os.environ)
   data_dir = str(tmp_path / "tfds")
   sets = ["train.steps=8", "train.log_every=2", "train.checkpoint_every=1000",
           "train.data_shards=2"]
@@ -109,7 +109,7 @@ def _wait_both(procs):
 
 def test_a_damaged_checkpoint_is_set_aside_once_and_both_processes_resume_before_it(
     tmp_path, tmp_path_factory):
-  env = tiny_run.use_compilation_cache(str(tmp_path_factory.getbasetemp().parent / "jax_cache"))
+  env = dict(os.environ)
   data_dir, run = str(tmp_path / "tfds"), tmp_path / "run"
   _two(run, data_dir, env, ["train.steps=4", "train.checkpoint_every=2", "train.data_shards=2"])
   params = run / "checkpoints" / "4" / "params"

@@ -5,33 +5,28 @@ import json
 
 import pytest
 
+from helpers.tiny_run import tiny_data
 from transformer import data
-
-
-def _config(tmp, **overrides):
-  config = data.default_config()
-  config.update(size="tiny", data_dir=str(tmp), **overrides)
-  return config
 
 
 def test_shuffle_window_reorders_the_pieces_and_keeps_them(data_dir):
   # seq_len 16 cuts every document into many pieces, one per row (no packing): over one epoch
   # the window keeps the same rows and breaks up each document's run of consecutive pieces.
   def rows(window):
-    config = _config(data_dir, seq_len=16, packing=False, shuffle_window=window)
+    config = tiny_data(data_dir, seq_len=16, packing=False, shuffle_window=window)
     it = data.make_iterator(config, data.get_tokenizer(config), split="validation",
                             batch_size=64, objective="lm", seed=0, num_epochs=1)
     return [tuple(r[w > 0]) for b in it for r, w in zip(b["inputs"], b["weights"]) if w.any()]
   ordered, shuffled = rows(0), rows(256)
   assert sorted(ordered) == sorted(shuffled) and len(ordered) > 256
-  bos = data.get_tokenizer(_config(data_dir)).bos_id
+  bos = data.get_tokenizer(tiny_data(data_dir)).bos_id
   # In order, a row that does not start with BOS is the next piece of the row before it.
   nxt = {a: b for a, b in zip(ordered, ordered[1:]) if b[0] != bos}
   together = lambda rs: sum(nxt.get(a) == b for a, b in zip(rs, rs[1:]))
   assert together(ordered) == len(nxt) > 0.5 * len(ordered)
   assert together(shuffled) < 0.05 * len(nxt)
   with pytest.raises(ValueError, match="shuffle_window must be >= 0"):
-    data.validate(_config(data_dir, shuffle_window=-1))
+    data.validate(tiny_data(data_dir, shuffle_window=-1))
 
 
 @pytest.mark.parametrize("objective,name,window", [
@@ -40,7 +35,7 @@ def test_shuffle_window_reorders_the_pieces_and_keeps_them(data_dir):
 def test_resumed_iterator_continues_exactly(data_dir, objective, name, window):
   # kv_retrieval's 100-record validation split makes the resumed stretch cross epochs; the
   # window of 7 pieces makes the saved state fall inside a window.
-  config = _config(data_dir, name=name, num_pairs=2, seq_len=96, shuffle_window=window)
+  config = tiny_data(data_dir, name=name, num_pairs=2, seq_len=96, shuffle_window=window)
   tokenizer = data.get_tokenizer(config)
   split = "validation" if name == "kv_retrieval" else "train"
   make = lambda: data.make_iterator(config, tokenizer, split=split, batch_size=4,
@@ -60,7 +55,7 @@ def test_grain_orbax_handler_round_trip(data_dir, tmp_path):
   ocp = pytest.importorskip("orbax.checkpoint")
   import grain  # pylint: disable=g-import-not-at-top
 
-  config = _config(data_dir, seq_len=64)
+  config = tiny_data(data_dir, seq_len=64)
   tokenizer = data.get_tokenizer(config)
   make = lambda: data.make_iterator(config, tokenizer, split="train", batch_size=2,
                                     objective="lm", seed=0)

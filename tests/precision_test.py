@@ -18,7 +18,6 @@ def test_the_preset_keeps_weights_and_optimizer_state_in_float32():
 
 @pytest.mark.slow
 def test_bf16_compute_learns_within_a_few_percent_of_fp32(tmp_path, data_dir):
-  tiny_run.use_compilation_cache(str(tmp_path / "jax_cache"))
   from transformer.training import loop
   finals = {}
   for name in ("fp32", "bf16"):

@@ -4,21 +4,15 @@ import pickle
 
 import pytest
 
-from transformer import data
+from helpers.tiny_run import tiny_data
 from transformer.data import record_reader
 from transformer.data import sources
-
-
-def _config(data_dir, name):
-  config = data.default_config()
-  config.update(name=name, data_dir=data_dir, size="tiny")
-  return config
 
 
 @pytest.mark.parametrize("name", ["grammar_corpus", "algorithmic"])
 @pytest.mark.parametrize("split", ["train", "validation", "train[:30%]", "train[40%:45%]"])
 def test_every_record_matches_the_tfds_source(data_dir, name, split):
-  config = _config(data_dir, name)
+  config = tiny_data(data_dir, name=name)
   tfds_source = sources._builtin(config, split, sources.data_dir(config))  # pylint: disable=protected-access
   source = record_reader.RangeReadSource(tfds_source)
   assert len(source) == len(tfds_source) > 0
@@ -32,7 +26,7 @@ def test_every_record_matches_the_tfds_source(data_dir, name, split):
 
 
 def test_load_reads_through_it(data_dir):
-  config = _config(data_dir, "grammar_corpus")
+  config = tiny_data(data_dir, name="grammar_corpus")
   records = sources.load(config, "validation")
   tfds_source = sources._builtin(config, "validation", sources.data_dir(config))  # pylint: disable=protected-access
   assert records[3]["text"] == tfds_source[3]["text"].decode("utf-8")

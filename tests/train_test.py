@@ -19,22 +19,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-ENV = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-  ENV.update(tiny_run.use_compilation_cache(
-      str(tmp_path_factory.getbasetemp().parent / "jax_cache")))
-
-
 def run(workdir, data_dir, *flags, check=True, sets=()):
   """tests/tiny_run.py in a subprocess; returns its JSON line (or the CompletedProcess)."""
   cmd = [sys.executable, os.path.join(HERE, "helpers", "tiny_run.py"), "--workdir", str(workdir),
          "--data_dir", data_dir, *flags]
   for s in sets:
     cmd += ["--set", s]
-  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=ENV)
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
   if not check:
     return proc
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -253,21 +244,21 @@ def test_command_line_is_locked_and_errors_are_one_line(tmp_path):
   base = [sys.executable, "-m", "transformer.train", "--config", "configs/lm.py:size=xs",
           "--workdir", str(tmp_path)]
   typo = subprocess.run(base + ["--config.train.stepz=3"], capture_output=True, text=True,
-                        cwd=ROOT, timeout=300, env=ENV)
+                        cwd=ROOT, timeout=300)
   assert typo.returncode == 1
   assert typo.stderr.strip().splitlines() == [
       "error: unknown config key 'stepz'; Did you mean \"steps\" instead of \"stepz\"?"]
   missing = subprocess.run(base[:4] + ["configs/nope.py"] + base[5:], capture_output=True,
-                           text=True, cwd=ROOT, timeout=300, env=ENV)
+                           text=True, cwd=ROOT, timeout=300)
   assert missing.returncode == 1
   assert missing.stderr.strip().splitlines()[-1] == (
       "error: cannot load --config: [Errno 2] No such file or directory: 'configs/nope.py'")
   bad = subprocess.run(base + ["--config.data.tokenizer=nope"], capture_output=True,
-                       text=True, cwd=ROOT, timeout=300, env=ENV)
+                       text=True, cwd=ROOT, timeout=300)
   assert bad.returncode == 1
   assert bad.stderr.strip().splitlines()[-1].startswith("error: unknown tokenizer 'nope'")
 
   devices = subprocess.run(base + ["--cpu_devices=-1"], capture_output=True, text=True,
-                           cwd=ROOT, timeout=300, env=ENV)
+                           cwd=ROOT, timeout=300)
   assert devices.returncode != 0
   assert devices.stderr.strip().splitlines()[-1].endswith("use 0 (one per core) or a count")

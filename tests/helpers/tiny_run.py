@@ -30,6 +30,15 @@ def use_compilation_cache(directory: str) -> dict[str, str]:
               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
 
 
+def tiny_data(data_dir, **overrides):
+  """The data config of a built-in dataset at its tiny size under `data_dir` (grammar_corpus
+  unless `name=` says otherwise)."""
+  from transformer import data
+  config = data.default_config()
+  config.update(dict(size="tiny", data_dir=str(data_dir)) | overrides)
+  return config
+
+
 def tiny_config(data_dir: str, family: str = "lm", **overrides):
   """An xs model on the tiny corpus, 32-token rows, logging every step."""
   import importlib
