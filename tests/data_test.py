@@ -211,7 +211,7 @@ def test_bytes_tokenizer_round_trip():
 
 def test_sentencepiece_trains_once_and_round_trips(tmp_path, data_dir):
   config = tiny_data(data_dir, tokenizer="sentencepiece", vocab_size=400,
-                   tokenizer_train_chars=40_000)
+                     tokenizer_train_chars=40_000)
   workdir = tmp_path / "run"
   tokenizer = data.get_tokenizer(config, str(workdir))
   assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.mask_id) == (0, 1, 2, 3)
@@ -239,7 +239,7 @@ def test_vocab_size_is_checked_before_the_tokenizer_is_trained(tmp_path):
 
 def test_sentencepiece_vocab_too_small_for_the_corpus_is_a_one_line_error(tmp_path, data_dir):
   config = tiny_data(data_dir, tokenizer="sentencepiece", vocab_size=200,
-                   tokenizer_train_chars=20_000)
+                     tokenizer_train_chars=20_000)
   with pytest.raises(ValueError, match=r"cannot train data.vocab_size=200 .*smaller than "
                      r"required_chars. 200 vs \d+.*raise data.vocab_size$"):
     data.get_tokenizer(config, str(tmp_path))
@@ -330,7 +330,7 @@ def test_mlm_masking_proportions(data_dir):
 @pytest.mark.parametrize("packing", [True, False])
 def test_seq2seq_batches(data_dir, packing):
   config = tiny_data(data_dir, name="algorithmic", task="sort", max_length=8, seq_len=32,
-                   packing=packing)
+                     packing=packing)
   tokenizer = data.get_tokenizer(config)
   batch = next(data.make_iterator(config, tokenizer, split="train", batch_size=3,
                                   objective="seq2seq", seed=0))
@@ -351,7 +351,7 @@ def test_seq2seq_batches(data_dir, packing):
     assert not batch["decoder_weights"][row][dec_ids == 0].any()
   with pytest.raises(ValueError, match="raise data.seq_len"):
     next(data.make_iterator(tiny_data(data_dir, name="algorithmic", task="sort", max_length=8,
-                                    seq_len=4), tokenizer, split="train", batch_size=3,
+                                      seq_len=4), tokenizer, split="train", batch_size=3,
                             objective="seq2seq", seed=0))
 
 

@@ -33,7 +33,7 @@ def _cmd(workdir, data_dir, *flags):
   return cmd
 
 
-def test_two_processes_agree_with_one(tmp_path, tmp_path_factory):
+def test_two_processes_agree_with_one(tmp_path):
   env = dict(os.environ)
   data_dir = str(tmp_path / "tfds")
   one_env = dict(env, XLA_FLAGS=env.get("XLA_FLAGS", "") +
@@ -63,7 +63,7 @@ def test_two_processes_agree_with_one(tmp_path, tmp_path_factory):
 
 
 
-def test_sigterm_to_one_process_stops_both_at_the_same_logging_step(tmp_path, tmp_path_factory):
+def test_sigterm_to_one_process_stops_both_at_the_same_logging_step(tmp_path):
   # The hosts share their stop flags only every train.log_every steps: a SIGTERM that process
   # 0 takes while fetching step 3's batch stops both processes after step 4 (not 3), with one
   # checkpoint of step 4 that both wrote their shards of. Only process 0 prints.
@@ -108,7 +108,7 @@ def _wait_both(procs):
 
 
 def test_a_damaged_checkpoint_is_set_aside_once_and_both_processes_resume_before_it(
-    tmp_path, tmp_path_factory):
+    tmp_path):
   env = dict(os.environ)
   data_dir, run = str(tmp_path / "tfds"), tmp_path / "run"
   _two(run, data_dir, env, ["train.steps=4", "train.checkpoint_every=2", "train.data_shards=2"])

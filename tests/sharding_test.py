@@ -127,7 +127,7 @@ def test_cpu_device_count_is_the_largest_that_fits():
     assert not any(fits(m) for m in range(n + 1, cores + 1))
 
 
-def test_meshes_on_eight_devices_match_one_device(tmp_path, tmp_path_factory):
+def test_meshes_on_eight_devices_match_one_device(tmp_path):
   env = dict(os.environ)
   data_dir = str(tmp_path / "tfds")
   one = loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(tmp_path / "one"))

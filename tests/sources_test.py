@@ -11,6 +11,10 @@ from helpers.tiny_run import tiny_data
 from transformer.data import sources
 
 
+def _algo(data_dir):
+  return tiny_data(data_dir, name="algorithmic")
+
+
 def _rename_after_a_rival(monkeypatch, complete_copy, version_dir, error=None):
   """os.rename, but a rival process's complete copy lands in version_dir first: after TFDS's
   check that the destination is free, before the rename (the gap a loaded machine widens).
@@ -41,10 +45,10 @@ def _config_name(data_dir):
 
 def test_the_loser_of_the_rename_race_reads_the_winners_copy(tmp_path, monkeypatch):
   rival = str(tmp_path / "rival")
-  winner = sources._builtin(tiny_data(rival, name="algorithmic"), "validation", rival)  # pylint: disable=protected-access
+  winner = sources._builtin(_algo(rival), "validation", rival)  # pylint: disable=protected-access
   ours, name = str(tmp_path / "ours"), _config_name(rival)
   calls = _rename_after_a_rival(monkeypatch, _version_dir(rival, name), _version_dir(ours, name))
-  source = sources._builtin(tiny_data(ours, name="algorithmic"), "validation", ours)  # pylint: disable=protected-access
+  source = sources._builtin(_algo(ours), "validation", ours)  # pylint: disable=protected-access
   assert len(calls) == 1  # our rename ran, and lost (os.rename: ENOTEMPTY)
   assert len(source) == len(winner) > 0
   assert [source[i] for i in range(len(source))] == [winner[i] for i in range(len(winner))]
@@ -54,9 +58,9 @@ def test_the_loser_of_the_rename_race_reads_the_winners_copy(tmp_path, monkeypat
 
 def test_other_rename_errors_are_not_taken_for_the_race(tmp_path, monkeypatch):
   rival = str(tmp_path / "rival")
-  sources._builtin(tiny_data(rival, name="algorithmic"), "validation", rival)  # pylint: disable=protected-access
+  sources._builtin(_algo(rival), "validation", rival)  # pylint: disable=protected-access
   ours = str(tmp_path / "ours")
   _rename_after_a_rival(monkeypatch, None, _version_dir(ours, _config_name(rival)),
                         error=errno.EACCES)
   with pytest.raises(PermissionError):
-    sources._builtin(tiny_data(ours, name="algorithmic"), "validation", ours)  # pylint: disable=protected-access
+    sources._builtin(_algo(ours), "validation", ours)  # pylint: disable=protected-access
