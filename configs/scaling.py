@@ -27,6 +27,10 @@ to run it, in order):
   ablation_flops   ... with budgets in total-parameter FLOPs (Porian's first correction)
   ablation_warmup  ... and warmup = N tokens (the second); `corrected` adds the tuned lr and
                    beta2 0.99 (the third)
+  extended         the main grid one decade higher, 5 budgets 1e12..1e14, so every minimum
+                   can have two sizes on each side: a 10^0.15 ladder, the 6 sizes nearest a
+                   prior D/N per budget (the corrected grid's measured minima), 3 seeds at the
+                   3 nearest, data.size=large, the committed lr law; budget by budget
   stdlib           python_stdlib, corrected settings, budgets it can feed at <= 4 epochs
   gpu              budgets 1e17..1e19, sizes 5M..1B, seq_len 1024: for launch/slurm.py and
                    launch/tpu_vm.sh (not for a CPU)
@@ -110,6 +114,30 @@ def _corrected(config):
                       seed_tokens_per_param=100.0, lr_law=LR_LAW)
 
 
+# The extended grid: two decades one decade higher, so that every budget's minimum can have
+# two sizes on each side above the shape rule's 33k floor. Its ladder is 10^0.15 apart (the
+# issue allows 10^0.2 at most) so that 1e12's minimum, ~6.5e4, has two sizes below it.
+LADDER_FINE = ",".join(f"{3.5e4 * 10 ** (0.15 * k):.3g}" for k in range(14))  # .. 3.5e6
+BUDGETS_EXTENDED = "1e12,3e12,1e13,3e13,1e14"
+# The prior D/N per budget: D/N = 39.3 (C / 1e12)^0.29, the power law through the corrected
+# grid's five approach-2 minima (results/grammar_corpus/fit.json: 28 at 3e11 .. 113 at 3e13).
+PRIORS_EXTENDED = ",".join(f"{39.3 * (float(c) / 1e12) ** 0.29:.3g}"
+                           for c in BUDGETS_EXTENDED.split(","))
+BATCHES_EXTENDED = "8,16,16,32,64"  # the corrected grid's at its budgets; every run >= 500 steps
+# The committed law of the corrected grid's lr sweep (opt.lr ~ 0.0072 N^-0.007, flat).
+LR_LAW_COMMITTED = "experiments/scaling/results/grammar_corpus/lr_sweep_lr_law.json"
+
+
+def _extended(config):
+  _shape_rule(config.sweep)
+  _corrected_settings(config)
+  # Six sizes per budget, the nearest the prior (within +-0.5 decade), seeds at the 3 nearest.
+  config.sweep.update(sizes=LADDER_FINE, budgets=BUDGETS_EXTENDED,
+                      batch_sizes=BATCHES_EXTENDED, window=0.5, max_sizes=6,
+                      tokens_per_param_priors=PRIORS_EXTENDED, seeds=3, seed_sizes=3,
+                      lr_law=LR_LAW_COMMITTED, run_order="budget")
+
+
 def _ablation(config, flops="non_embedding", warmup=False):
   _corrected(config)
   config.sweep.update(seeds=1)  # the corrected grid's models and budgets, one seed
@@ -145,7 +173,7 @@ DESIGNS = {"isoflop": _isoflop, "tokens": _tokens, "lr": _lr, "random": _random,
            "lr_sweep": _lr_sweep, "corrected": _corrected, "ablation": _ablation,
            "ablation_flops": lambda c: _ablation(c, "total"),
            "ablation_warmup": lambda c: _ablation(c, "total", warmup=True),
-           "stdlib": _stdlib, "gpu": _gpu}
+           "stdlib": _stdlib, "gpu": _gpu, "extended": _extended}
 _ORIGINAL = ("isoflop", "tokens", "lr", "random")
 
 
@@ -169,6 +197,7 @@ def _tiny(config, design):
     return
   # Two budgets of three sizes; one seed pair; a literal lr law (no lr sweep to read).
   s.update(sizes="3.5e4,5.55e4,8.79e4", budgets="2e9,4e9", batch_sizes="4,4", window=0.0,
+           tokens_per_param_priors="", max_sizes=0,
            seeds=2 if design == "corrected" else 1, seed_sizes=1,
            lr_law="" if design.startswith("ablation") else "0.1,-0.3")
   if design == "gpu":
@@ -197,6 +226,8 @@ def get_config(arg: str | None = None):
     # exact too). medium: 5e5 documents, ~2.3e7 tokens, so the largest budget's smallest
     # model reads its data ~1.3 times.
     config.data.update(doc_sentences="1,1", max_doc_tokens=config.data.seq_len, size="medium")
+    if args.design == "extended":  # large: 2e6 documents, so 1e14's smallest model reads
+      config.data.size = "large"   # its data < 2 times
   if args.doc_sentences:
     config.data.doc_sentences = args.doc_sentences
   if args.tiny:

@@ -35,6 +35,19 @@ def _predicted_optimum(budget: float, ratio: float) -> float:
   return math.sqrt(budget / (6 * ratio))  # C = 6 N D, D = ratio N
 
 
+def _priors(get, targets: list[float], isoflop: bool) -> list[float]:
+  """The predicted D/N at each budget: tokens_per_param_priors (one per budget) or the one
+  tokens_per_param_prior for all."""
+  text = get("tokens_per_param_priors", "")
+  if not text:
+    return [get("tokens_per_param_prior", 20.0)] * len(targets)
+  priors = numbers(text, "tokens_per_param_priors")
+  if not isoflop or len(priors) != len(targets):
+    raise ValueError(f"sweep.tokens_per_param_priors gives {len(priors)} priors; give one per "
+                     f"IsoFLOP budget ({len(targets) if isoflop else 0}), or leave it empty")
+  return priors
+
+
 def _nearest(sizes: list[float], centre: float, count: int) -> set[float]:
   """The `count` sizes nearest `centre` in log scale (all of them for count 0 or no centre)."""
   ranked = sorted(sizes, key=lambda n: abs(math.log(n / centre)) if centre else 0)
@@ -94,19 +107,18 @@ def expand(config, sweep) -> list[dict]:
     models[size] = (shape, shapes.param_counts(model),
                     {c: shapes.flops_per_token(model, seq_len, c)
                      for c in shapes.FLOPS_CONVENTIONS})
+  priors = _priors(get, targets, isoflop)
   runs = []
-  for target, budget_batch in zip(targets, batches):
+  for target, budget_batch, prior in zip(targets, batches, priors):
     chosen = list(sizes)
+    centre = _predicted_optimum(target, prior) if isoflop else 0
     if isoflop and get("window", 0):
-      centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0))
       below = get("window_below", 0) or get("window", 0)
       chosen = [n for n in chosen
                 if -below - 1e-9 <= math.log10(n / centre) <= get("window", 0) + 1e-9]
     if isoflop and get("max_sizes", 0):
-      centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0))
       keep = sorted(chosen, key=lambda n: abs(math.log(n / centre)))[:get("max_sizes", 0)]
       chosen = [n for n in chosen if n in keep]
-    centre = _predicted_optimum(target, get("tokens_per_param_prior", 20.0)) if isoflop else 0
     seeded = _nearest(chosen, centre, get("seed_sizes", 0))
     if isoflop and get("seed_tokens_per_param", 0):
       seeded |= _nearest(chosen, _predicted_optimum(target, get("seed_tokens_per_param", 0)),
@@ -185,7 +197,11 @@ def expand(config, sweep) -> list[dict]:
         # memorization, not scaling: the whole budget goes (see pruned_budgets()).
         continue
     runs += budget_runs
-  runs.sort(key=lambda r: sizes.index(r["target_size"]))  # size-major, as always (stable)
+  if get("run_order", "size") not in ("size", "budget"):
+    raise ValueError(f"sweep.run_order must be size or budget, got {get('run_order', '')!r}")
+  if get("run_order", "size") == "size":
+    runs.sort(key=lambda r: sizes.index(r["target_size"]))  # size-major, as always (stable)
+  # "budget": as expanded, budget by budget, so a sweep cut short has whole IsoFLOP curves.
   if not runs:
     raise ValueError("the scaling design is empty: every (size, budget) pair trains for fewer "
                      "than sweep.min_steps steps, falls outside the tokens-per-param range, or "

@@ -75,6 +75,8 @@ def default_config() -> ml_collections.ConfigDict:
                          # brackets minima measured left of the prediction); 0: window
       max_sizes=0,  # > 0: at most this many sizes per budget, the nearest the predicted optimum
       tokens_per_param_prior=20.0,  # predicted optimum: D/N = this, so N = sqrt(C / (6 r))
+      tokens_per_param_priors="",  # ... or one D/N per budget (same order as budgets)
+      run_order="size",  # the order runs start in: size (size-major) | budget (budget-major)
       seeds=1,  # train.seed = 0 .. seeds-1 ...
       seed_sizes=0,  # ... at the seed_sizes sizes nearest each budget's predicted optimum (0: all)
       seed_tokens_per_param=0.0,  # > 0: and at the seed_sizes nearest sqrt(C / (6 r)) for

@@ -33,7 +33,7 @@ def _model(config, run):
 
 
 @pytest.mark.parametrize("ladder, vocab, head_dim", [
-    (scaling.LADDER, 260, 32),
+    (scaling.LADDER, 260, 32), (scaling.LADDER_FINE, 260, 32),
     (",".join(f"{5e6 * 10 ** (0.2 * k):.3g}" for k in range(12)) + ",1e9", 260, 64)])
 def test_corrected_shape_rule_over_the_designs_range(ladder, vocab, head_dim):
   sizes = [float(x) for x in ladder.split(",")]
@@ -79,6 +79,31 @@ def test_corrected_grid_meets_the_issue():
     assert r["flops_total"] == shapes.flops_per_token(model, 128, "total") * r["tokens"]
     assert abs(r["flops_total"] / r["budget"] - 1) < 0.01  # budgets count total FLOPs
     assert r["flops_total"] - r["flops"] == 6 * 260 * model["d_model"] * r["tokens"]
+
+
+def test_extended_grid_brackets_every_prior_with_two_sizes_each_side():
+  config = _design("extended")  # reads the committed lr law
+  assert config.data.size == "large" and config.opt.b2 == 0.99
+  runs = sweep.expand(config)
+  budgets = [float(b) for b in config.sweep.budgets.split(",")]
+  assert len(budgets) >= 5 and budgets[-1] / budgets[0] >= 100
+  assert [r["budget"] for r in runs] == sorted(r["budget"] for r in runs)  # budget by budget
+  priors = [float(p) for p in config.sweep.tokens_per_param_priors.split(",")]
+  for b, prior in zip(budgets, priors):
+    rs = [r for r in runs if r["budget"] == b]
+    sizes = sorted({r["target_size"] for r in rs})
+    centre = math.sqrt(b / (6 * prior))
+    assert len(sizes) == 6 and all(abs(math.log10(n / centre)) <= 0.5 for n in sizes)
+    assert len([n for n in sizes if n < centre]) >= 2 <= len([n for n in sizes if n > centre])
+    seeded = {n for n in sizes if sum(r["target_size"] == n for r in rs) == 3}
+    assert seeded == set(sorted(sizes, key=lambda n: abs(math.log(n / centre)))[:3])
+    for r in rs:
+      o = r["overrides"]
+      assert o["train.steps"] >= 500 and abs(r["flops_total"] / b - 1) < 0.01
+      assert o["train.eval_batches"] * o["train.batch_size"] * 128 >= 100_000
+  config.sweep.tokens_per_param_priors = "20,30"
+  with pytest.raises(ValueError, match="give one per IsoFLOP budget"):
+    sweep.expand(config)
 
 
 def test_ablation_steps_differ_only_in_their_settings():
@@ -137,7 +162,7 @@ def test_stdlib_prunes_budgets_that_repeat_the_data():
 
 def test_every_new_design_and_its_tiny_variant_expand():
   for name in ("lr_sweep", "corrected", "ablation", "ablation_flops", "ablation_warmup",
-               "stdlib", "gpu"):
+               "stdlib", "gpu", "extended"):
     tiny = scaling.get_config(f"design={name},tiny=true")
     assert sweep.expand(tiny), name
     full = scaling.get_config(f"design={name}")
