@@ -94,6 +94,42 @@ def test_stages_and_attempts_from_the_config():
       criterion.attempts(config, "rope")
 
 
+@pytest.mark.parametrize("outcomes, chosen, trained", [
+    # (met by attempt index, per seed) -> the attempt each seed reports, what was trained
+    ({0: [1, 1, 1]}, 0, {0: [0], 1: [0], 2: [0]}),
+    ({0: [0], 1: [1, 1, 1]}, 1, {0: [0, 1], 1: [1], 2: [1]}),
+    # A setting one seed in three meets is not the scheme's: the next entry, all seeds again.
+    ({0: [0], 1: [1, 0, 0], 2: [1, 1, 1]}, 2, {0: [0, 1, 2], 1: [1, 2], 2: [1, 2]}),
+    # ... and when nothing does better, the seeds report the entry most of them met.
+    ({0: [0], 1: [1, 0, 1], 2: [1, 0, 0]}, 1, {0: [0, 1, 2], 1: [1, 2], 2: [1, 2]}),
+    ({0: [0], 1: [0], 2: [0]}, None, {0: [0, 1, 2], 1: [], 2: []}),
+])
+def test_a_setting_is_the_schemes_when_every_seed_meets_it(monkeypatch, outcomes, chosen,
+                                                           trained):
+  config = probes_config.get_config("tiny=true")
+  entries = [f"opt.lr={lr}" for lr in (1e-3, 1e-2)][:len(outcomes) - 1]
+  config.experiment.kv_retry.rope = " | ".join(entries)
+  calls = []
+
+  def attempt(config, workdir, scheme, seed, index, retry, variant, label):
+    calls.append((seed, index))
+    met = bool(outcomes[index][seed])
+    return {"retry": index, "settings": retry, "run_dir": f"{seed}/{index}", "warm": None,
+            "checks": [{"step": 7, "accuracy": float(met)}], "met": met, "step": 7,
+            "wall_time_s": 1.0}
+
+  monkeypatch.setattr(criterion, "_train_attempt", attempt)
+  out = criterion.train_to_criterion(config, "unused", "rope", [0, 1, 2])
+  assert {s: [i for t, i in calls if t == s] for s in (0, 1, 2)} == trained
+  for seed, record in out.items():
+    assert [a["retry"] for a in record["attempts"]] == trained[seed]
+    if chosen is None:
+      assert record["met"] is False and ("why" in record) == (seed > 0)
+    else:
+      assert record["run_dir"] == f"{seed}/{chosen}"
+      assert record["met"] == bool(outcomes[chosen][seed])
+
+
 def test_check_items_are_held_out_and_uniform_in_position():
   items = criterion.check_items(32, 512)
   assert len(set(items)) == 512
