@@ -31,6 +31,7 @@ to run it, in order):
                    can have two sizes on each side: a 10^0.15 ladder, the 6 sizes nearest a
                    prior D/N per budget (the corrected grid's measured minima), 3 seeds at the
                    3 nearest, data.size=large, the committed lr law; budget by budget
+  ablation_extended  the extended grid's models and budgets, one seed, original settings
   stdlib           python_stdlib, corrected settings, budgets it can feed at <= 4 epochs
   gpu              budgets 1e17..1e19, sizes 5M..1B, seq_len 1024: for launch/slurm.py and
                    launch/tpu_vm.sh (not for a CPU)
@@ -138,8 +139,8 @@ def _extended(config):
                       lr_law=LR_LAW_COMMITTED, run_order="budget")
 
 
-def _ablation(config, flops="non_embedding", warmup=False):
-  _corrected(config)
+def _ablation(config, flops="non_embedding", warmup=False, grid=None):
+  (grid or _corrected)(config)
   config.sweep.update(seeds=1)  # the corrected grid's models and budgets, one seed
   _old_settings(config, flops, warmup)
 
@@ -173,7 +174,8 @@ DESIGNS = {"isoflop": _isoflop, "tokens": _tokens, "lr": _lr, "random": _random,
            "lr_sweep": _lr_sweep, "corrected": _corrected, "ablation": _ablation,
            "ablation_flops": lambda c: _ablation(c, "total"),
            "ablation_warmup": lambda c: _ablation(c, "total", warmup=True),
-           "stdlib": _stdlib, "gpu": _gpu, "extended": _extended}
+           "stdlib": _stdlib, "gpu": _gpu, "extended": _extended,
+           "ablation_extended": lambda c: _ablation(c, grid=_extended)}
 _ORIGINAL = ("isoflop", "tokens", "lr", "random")
 
 
@@ -226,7 +228,7 @@ def get_config(arg: str | None = None):
     # exact too). medium: 5e5 documents, ~2.3e7 tokens, so the largest budget's smallest
     # model reads its data ~1.3 times.
     config.data.update(doc_sentences="1,1", max_doc_tokens=config.data.seq_len, size="medium")
-    if args.design == "extended":  # large: 2e6 documents, so 1e14's smallest model reads
+    if args.design.endswith("extended"):  # large: 2e6 documents, so 1e14's smallest model reads
       config.data.size = "large"   # its data < 2 times
   if args.doc_sentences:
     config.data.doc_sentences = args.doc_sentences

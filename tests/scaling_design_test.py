@@ -117,6 +117,10 @@ def test_ablation_steps_differ_only_in_their_settings():
     assert "opt.lr" not in r["overrides"] and r["seed"] == 0
     assert r["overrides"]["opt.warmup_steps"] == min(50, r["overrides"]["train.steps"] // 10)
     assert abs(r["flops"] / r["budget"] - 1) < 0.01  # budgets count non-embedding FLOPs
+  extended, old = sweep.expand(_design("extended")), _design("ablation_extended")
+  assert old.data.size == "large" and (old.opt.lr, old.opt.b2) == (3e-3, 0.95)
+  assert {(r["target_size"], r["budget"]) for r in sweep.expand(old)} == \
+      {(r["target_size"], r["budget"]) for r in extended}
   warm = sweep.expand(_design("ablation_warmup"))
   assert any(r["overrides"]["opt.warmup_steps"] != 50 for r in warm)
   assert all(abs(r["flops_total"] / r["budget"] - 1) < 0.01
@@ -162,7 +166,7 @@ def test_stdlib_prunes_budgets_that_repeat_the_data():
 
 def test_every_new_design_and_its_tiny_variant_expand():
   for name in ("lr_sweep", "corrected", "ablation", "ablation_flops", "ablation_warmup",
-               "stdlib", "gpu", "extended"):
+               "stdlib", "gpu", "extended", "ablation_extended"):
     tiny = scaling.get_config(f"design={name},tiny=true")
     assert sweep.expand(tiny), name
     full = scaling.get_config(f"design={name}")
