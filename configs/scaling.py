@@ -141,7 +141,7 @@ def _extended(config):
 
 def _ablation(config, flops="non_embedding", warmup=False, grid=None):
   (grid or _corrected)(config)
-  config.sweep.update(seeds=1)  # the corrected grid's models and budgets, one seed
+  config.sweep.update(seeds=1)  # the grid's models and budgets, one seed
   _old_settings(config, flops, warmup)
 
 
