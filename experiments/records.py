@@ -11,12 +11,22 @@ cache, skip the training and go on. So the JSON files are the run, as far as the
 
   python -m experiments.records save RUNS DEST     # RUNS' records -> DEST (to commit)
   python -m experiments.records restore DEST RUNS  # DEST's records -> RUNS (a new machine)
+  python -m experiments.records stash RUNS DEST GLOB...  # in-flight checkpoints -> DEST
 
 save copies every record of RUNS that DEST lacks or holds in another version; restore copies
 only what RUNS lacks (a run directory's own files are newer than any copy of them), so neither
 ever loses what the other holds.
+
+A chain of runs, each started from the last one's parameters (train.init_from: the retrieval
+curriculum's warm-ups), outlives its machine only with a checkpoint: stash keeps, for each GLOB
+(a chain's run directories, relative to RUNS), the newest checkpoint among them in
+DEST/in_flight, which is all the chain needs to go on (an unfinished run resumes from its own
+checkpoint and never reads init_from again; the next run starts from the last finished one).
+DEST/in_flight holds only what the last stash named, and restore puts it back where RUNS has
+no checkpoint of that run.
 """
 
+import glob
 import json
 import os
 import shutil
@@ -27,6 +37,7 @@ import sys
 # events, the tokenizer) stays with the machine, and so does every file of an unfinished run,
 # which restarts from its checkpoint or, on another machine, from scratch. A sweep's own
 # sweep.json (its design) is kept wherever it is.
+IN_FLIGHT = "in_flight"
 RECORD_FILES = ("summary.json", "config.json", "metrics.jsonl", "criterion.json",
                 "extrapolation_eval.json", "probes_eval.json")
 SWEEP_FILES = ("sweep.json",)
@@ -101,14 +112,80 @@ def copy(src: str, dest: str, overwrite: bool) -> list[str]:
   return copied
 
 
+def _latest_checkpoint(run_dir: str) -> str | None:
+  """run_dir/checkpoints/<step> of the highest step that finished writing, or None."""
+  root = os.path.join(run_dir, "checkpoints")
+  steps = [int(d) for d in os.listdir(root) if d.isdigit()] if os.path.isdir(root) else []
+  steps = [s for s in steps
+           if os.path.exists(os.path.join(root, str(s), "commit_success.txt"))]
+  return os.path.join(root, str(max(steps))) if steps else None
+
+
+def stash(runs: str, dest: str, globs: list[str]) -> list[str]:
+  """The newest checkpoint of each chain (a glob of run directories under runs) ->
+  dest/in_flight/<run>/checkpoints/<step>, replacing dest/in_flight. Returns what it holds."""
+  chosen = []
+  for pattern in globs:
+    found = [c for c in map(_latest_checkpoint, sorted(glob.glob(os.path.join(runs, pattern))))
+             if c]
+    if not found:
+      raise ValueError(f"{pattern}: no run directory under {runs} matches it with a "
+                       f"checkpoint; name a chain's run directories relative to RUNS")
+    chosen.append(max(found, key=lambda c: os.path.getmtime(os.path.join(c, "commit_success.txt"))))
+  target = os.path.join(dest, IN_FLIGHT)
+  staging = target + ".tmp"
+  shutil.rmtree(staging, ignore_errors=True)
+  for checkpoint in chosen:
+    shutil.copytree(checkpoint, os.path.join(staging, os.path.relpath(checkpoint, runs)))
+    run = os.path.dirname(os.path.dirname(checkpoint))  # its small files too: an unfinished
+    for name in RECORD_FILES:                           # run's metrics have no record yet
+      if os.path.exists(os.path.join(run, name)):
+        shutil.copy2(os.path.join(run, name),
+                     os.path.join(staging, os.path.relpath(run, runs), name))
+  shutil.rmtree(target, ignore_errors=True)  # the previous stash goes only once this one is whole
+  os.replace(staging, target)
+  return [os.path.relpath(c, runs) for c in chosen]
+
+
+def unstash(dest: str, runs: str) -> list[str]:
+  """dest/in_flight's checkpoints -> runs, for each run that has no checkpoint of its own, with
+  the run's small files that runs lacks."""
+  source = os.path.join(dest, IN_FLIGHT)
+  restored = []
+  for here, dirs, files in os.walk(source):
+    if "checkpoints" not in dirs:
+      continue
+    dirs[:] = []
+    run = os.path.relpath(here, source)
+    if _latest_checkpoint(os.path.join(runs, run)) is not None:
+      continue
+    shutil.copytree(os.path.join(here, "checkpoints"), os.path.join(runs, run, "checkpoints"),
+                    dirs_exist_ok=True)
+    for name in files:
+      if not os.path.exists(os.path.join(runs, run, name)):
+        shutil.copy2(os.path.join(here, name), os.path.join(runs, run, name))
+    restored += [os.path.join(run, "checkpoints", step)
+                 for step in os.listdir(os.path.join(here, "checkpoints"))]
+  return sorted(restored)
+
+
 def main(argv) -> None:
-  if len(argv) != 4 or argv[1] not in ("save", "restore"):
-    sys.exit("usage: python -m experiments.records save RUNS DEST | restore DEST RUNS")
+  usage = ("usage: python -m experiments.records save RUNS DEST | restore DEST RUNS | "
+           "stash RUNS DEST GLOB...")
+  if len(argv) < 4 or argv[1] not in ("save", "restore", "stash") or (
+      argv[1] != "stash" and len(argv) != 4) or (argv[1] == "stash" and len(argv) < 5):
+    sys.exit(usage)
   try:
+    if argv[1] == "stash":
+      held = stash(argv[2], argv[3], argv[4:])
+      print(f"stash: {os.path.join(argv[3], IN_FLIGHT)} holds " + ", ".join(held))
+      return
     copied = copy(argv[2], argv[3], overwrite=argv[1] == "save")
+    restored = unstash(argv[2], argv[3]) if argv[1] == "restore" else []
   except ValueError as e:
     sys.exit(f"error: {e}")
-  print(f"{argv[1]}: {len(copied)} record files {argv[2]} -> {argv[3]}")
+  print(f"{argv[1]}: {len(copied)} record files {argv[2]} -> {argv[3]}"
+        + (f"; checkpoints {', '.join(restored)}" if restored else ""))
 
 
 if __name__ == "__main__":

@@ -115,3 +115,69 @@ def test_run_all_probes_every_scheme_the_configs_name():
   assert listed("KV_SCHEMES") == exp.kv_schemes.split(",")
   assert sorted(listed("PRETRAINED")) == sorted(exp.kv_pretrained_schemes.split(","))
   assert exp.seeds == "0,1,2" and "for seed in 1 2" in script
+
+
+def _checkpoint(run, step, committed=True):
+  path = run / "checkpoints" / str(step)
+  (path / "params").mkdir(parents=True)
+  (path / "params" / "d").write_text(f"{run.name} {step}")
+  if committed:
+    (path / "commit_success.txt").write_text("")
+  return path
+
+
+def test_stash_keeps_each_chains_newest_checkpoint_and_restore_puts_it_back(tmp_path):
+  runs, saved = tmp_path / "runs", tmp_path / "saved"
+  chain = runs / "kv" / "runs" / "t5_bias"
+  _checkpoint(chain / "seed1_warm", 500)
+  _checkpoint(chain / "seed1_warm", 1000)
+  (chain / "seed1_warm" / "summary.json").write_text('{"step": 1000}')
+  _checkpoint(chain / "seed1_warm2", 250)
+  _checkpoint(chain / "seed1_warm2", 500, committed=False)  # cut mid-write: not a checkpoint
+  _checkpoint(chain / "seed2_warm", 250)
+  (chain / "seed1_warm2" / "metrics.jsonl").write_text('{"step": 250}\n')  # unfinished: no record
+  os.utime(chain / "seed1_warm" / "checkpoints" / "1000" / "commit_success.txt", (1, 1))
+  held = records.stash(str(runs), str(saved), ["kv/runs/t5_bias/seed1_*",
+                                               "kv/runs/t5_bias/seed2_*"])
+  assert held == ["kv/runs/t5_bias/seed1_warm2/checkpoints/250",
+                  "kv/runs/t5_bias/seed2_warm/checkpoints/250"]
+  records.copy(str(runs), str(saved), overwrite=True)
+  assert not list((saved / "kv").rglob("checkpoints"))  # records stay checkpoint-free
+
+  # A second stash replaces the first; restore fills only runs without a checkpoint.
+  assert records.stash(str(runs), str(saved), ["kv/runs/t5_bias/seed1_*"]) == held[:1]
+  assert not (saved / records.IN_FLIGHT / "kv/runs/t5_bias/seed2_warm").exists()
+  other = tmp_path / "other"
+  records.copy(str(saved), str(other), overwrite=False)
+  assert records.unstash(str(saved), str(other)) == [held[0]]
+  assert (other / held[0] / "params" / "d").read_text() == "seed1_warm2 250"
+  assert (other / "kv/runs/t5_bias/seed1_warm/summary.json").exists()
+  assert (other / "kv/runs/t5_bias/seed1_warm2/metrics.jsonl").read_text() == '{"step": 250}\n'
+  assert records.unstash(str(saved), str(other)) == []  # its own checkpoint now
+  with pytest.raises(ValueError, match="no run directory"):
+    records.stash(str(runs), str(saved), ["kv/runs/rope/*"])
+
+
+@pytest.mark.slow
+def test_a_run_cut_on_one_machine_resumes_on_another_from_its_stash(data_dir, tmp_path):
+  """The stash is an orbax checkpoint that trains on: the run stopped at step 4 on machine a
+  goes on from step 4 on machine b, which has only the committed records and stash."""
+  tiny_run = str(ROOT / "tests" / "helpers" / "tiny_run.py")
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  def tiny(workdir, *extra):
+    return subprocess.run([sys.executable, tiny_run, "--workdir", str(workdir), "--data_dir",
+                           data_dir, "--set", "train.steps=8", "--set",
+                           "train.checkpoint_every=2", *extra], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=True).stdout
+  run_a, run_b = tmp_path / "a" / "runs" / "x" / "seed0", tmp_path / "b" / "runs" / "x" / "seed0"
+  tiny(run_a, "--signal_at_step", "4:SIGTERM")
+  assert not (run_a / "summary.json").exists()
+  saved = tmp_path / "saved"
+  records.copy(str(tmp_path / "a"), str(saved), overwrite=True)  # nothing: it is unfinished
+  records.stash(str(tmp_path / "a"), str(saved), ["runs/x/seed*"])
+  records.copy(str(saved), str(tmp_path / "b"), overwrite=False)
+  records.unstash(str(saved), str(tmp_path / "b"))
+  out = tiny(run_b)
+  assert "resumed from step 4" in out, out
+  rows = [json.loads(line) for line in (run_b / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in rows if "loss" in r] == list(range(1, 9))
