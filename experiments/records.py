@@ -67,9 +67,10 @@ def load(run_dir: str, step: int | None = None):
   from transformer.training import checkpoint  # noqa: PLC0415 (save/restore need no jax)
   if (os.path.exists(os.path.join(run_dir, "summary.json"))
       and not os.path.isdir(os.path.join(run_dir, "checkpoints"))):
-    raise FileNotFoundError(f"{run_dir} holds only its records, not its checkpoints, and they lack an "
-                     f"evaluation this config asks for; delete {run_dir}/summary.json to train "
-                     f"the run again")
+    raise FileNotFoundError(
+        f"{run_dir} holds only its records, not its checkpoints, and they lack an evaluation "
+        f"this config asks for; move the run directory away (with the runs it started from, "
+        f"e.g. its _warm* warm-ups, when their checkpoints are gone too) to train it again")
   return checkpoint.load_for_inference(run_dir, step)
 
 

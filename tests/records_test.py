@@ -66,7 +66,7 @@ def test_a_sweep_resumes_from_its_records_alone(tmp_path):
   assert proc.returncode == 1
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1 and "holds only its records" in lines[0], proc.stderr[-2000:]
-  assert "summary.json" in lines[0]
+  assert "move the run directory away" in lines[0]
 
 
 def test_save_replaces_changed_records_and_restore_never_overwrites(tmp_path):
