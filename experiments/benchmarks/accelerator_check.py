@@ -28,6 +28,7 @@ import functools
 import os
 import statistics
 import time
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -114,6 +115,11 @@ ATTENTION_CASES = ("causal", "bidirectional", "window", "right_padded", "packed"
 SMOKE_CASES = ("window", "right_padded", "packed_gqa")  # every feature, fewer compilations
 
 
+def first_line(e: BaseException) -> str:
+  text = str(e).strip().splitlines()
+  return f"{type(e).__name__}: {text[0] if text else ''}"[:300].replace("|", "/")
+
+
 def relative_error(got, want):
   got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
   return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
@@ -153,6 +159,9 @@ def attention_checks(backend) -> list[dict]:
         row.update(error=err, ok=err <= a["atol"], ms=statistics.median(times) * 1e3)
       except ValueError as e:  # a clear refusal
         row.update(refused=str(e).split(": ", 1)[-1])
+      except Exception as e:  # pylint: disable=broad-except
+        # A crash (a kernel that fails to lower, say) is a finding, not the end of the check.
+        row.update(failed=first_line(e), ok=False)
       rows.append(row)
   return rows
 
@@ -211,6 +220,9 @@ def training_check() -> dict:
   per_token = throughput.flops_per_token(model, L, non_embedding)
   step_s = statistics.median(times)
   peak, peak_source = published_peak()
+  # What this chip's matmul really reaches in bf16 (a GPU's published peak is rarely reached):
+  # MFU against both says how much of the gap is the step and how much the chip.
+  matmul = throughput.measure_matmul_peak(512 if _SMOKE.value else 8192, dtype=jnp.bfloat16)
   tokens_per_s = B * L / step_s
   q = jax.ShapeDtypeStruct((B, L, model.num_heads, model.d_model // model.num_heads),
                            jnp.bfloat16)
@@ -220,6 +232,7 @@ def training_check() -> dict:
   return dict(params=total, non_embedding=non_embedding, batch=B, seq_len=L,
               step_ms=step_s * 1e3, tokens_per_s=tokens_per_s, compile_s=compile_s,
               mfu=per_token * tokens_per_s / (peak * jax.device_count()),
+              matmul=matmul, mfu_matmul=per_token * tokens_per_s / (matmul * jax.device_count()),
               peak=peak, peak_source=peak_source, loss=float(metrics["loss"]),
               attention=_ATTENTION.value + (f" -> {chosen}" if _ATTENTION.value == "auto"
                                             else ""))
@@ -266,20 +279,29 @@ def markdown(header, attn, train, dec) -> str:
       if "refused" in r:
         lines.append(f"| {r['case']} | {r['implementation']} | {r['dtype']} | refused: "
                      f"{r['refused']} | - | - |")
+      elif "failed" in r:
+        lines.append(f"| {r['case']} | {r['implementation']} | {r['dtype']} | failed: "
+                     f"{r['failed']} | **NO** | - |")
       else:
         lines.append(f"| {r['case']} | {r['implementation']} | {r['dtype']} | {r['error']:.2e} "
                      f"| {'yes' if r['ok'] else '**NO**'} | {r['ms']:.2f} |")
     lines.append("")
-  if train is not None:
+  if isinstance(train, str):
+    lines += ["## Training step, bf16 compute, fp32 weights and AdamW", "", f"failed: {train}", ""]
+  elif train is not None:
     lines += ["## Training step, bf16 compute, fp32 weights and AdamW", "",
               "| params | batch x context | attention | step ms | tokens/s | MFU | peak | "
-              "compile s | loss |", "| ---: | --- | --- | ---: | ---: | ---: | --- | ---: | ---: |",
+              "bf16 matmul measured | MFU vs measured | compile s | loss |",
+              "| ---: | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
               f"| {train['params'] / 1e6:.1f}M ({train['non_embedding'] / 1e6:.1f}M non-emb.) "
               f"| {train['batch']} x {train['seq_len']} | {train['attention']} "
               f"| {train['step_ms']:.1f} | {train['tokens_per_s']:,.0f} | {train['mfu']:.1%} "
               f"| {train['peak'] / 1e12:.1f} TFLOP/s ({train['peak_source']}) "
+              f"| {train['matmul'] / 1e12:.1f} TFLOP/s | {train['mfu_matmul']:.1%} "
               f"| {train['compile_s']:.1f} | {train['loss']:.3f} |", ""]
-  if dec is not None:
+  if isinstance(dec, str):
+    lines += ["## Decode with the KV cache, bf16 weights, greedy", "", f"failed: {dec}", ""]
+  elif dec is not None:
     lines += ["## Decode with the KV cache, bf16 weights, greedy", "",
               "| batch | prompt | new tokens | seconds | new tokens/s | first call s |",
               "| ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -295,22 +317,34 @@ def main(argv):
   header = (f"{jax.devices()[0].device_kind} x{jax.device_count()} ({backend}), "
             f"jax {jax.__version__}, {os.cpu_count()} CPUs")
   print(header, flush=True)
-  attn = train = dec = None
-  if "attention" not in _SKIP.value:
-    attn = attention_checks(backend)
-    print(f"attention checks: {time.perf_counter() - start:.0f} s", flush=True)
-  if "training" not in _SKIP.value:
-    train = training_check()
-    print(f"training: {time.perf_counter() - start:.0f} s", flush=True)
-  if "decode" not in _SKIP.value:
-    dec = decode_check()
-    print(f"decode: {time.perf_counter() - start:.0f} s", flush=True)
-  text = markdown(header + f"; {time.perf_counter() - start:.0f} s in all", attn, train, dec)
-  with open(_OUT.value, "w") as f:
-    f.write(text + "\n")
-  print(text)
-  if attn is not None and any(r.get("ok") is False for r in attn):
-    raise SystemExit("error: an attention implementation disagrees with dense (table above)")
+  parts = {"attention": None, "training": None, "decode": None}
+  checks = {"attention": lambda: attention_checks(backend), "training": training_check,
+            "decode": decode_check}
+
+  def write():  # after every part, so a cut run still leaves what it measured
+    text = markdown(header + f"; {time.perf_counter() - start:.0f} s in all",
+                    parts["attention"], parts["training"], parts["decode"])
+    with open(_OUT.value, "w") as f:
+      f.write(text + "\n")
+    return text
+
+  for name, check in checks.items():
+    if name in _SKIP.value:
+      continue
+    try:
+      parts[name] = check()
+    except Exception as e:  # pylint: disable=broad-except
+      traceback.print_exc()
+      parts[name] = first_line(e) if name != "attention" else [dict(
+          case="-", implementation="-", dtype="-", failed=first_line(e), ok=False)]
+    print(f"{name}: {time.perf_counter() - start:.0f} s", flush=True)
+    write()
+  print(write())
+  failed = [n for n, v in parts.items() if isinstance(v, str)]
+  if parts["attention"] is not None and any(r.get("ok") is False for r in parts["attention"]):
+    failed.insert(0, "attention (an implementation disagrees with dense or failed)")
+  if failed:
+    raise SystemExit(f"error: the check failed in {', '.join(failed)} (table and log above)")
 
 
 if __name__ == "__main__":
