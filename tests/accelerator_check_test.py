@@ -24,3 +24,16 @@ def test_smoke_mode_runs_every_part_and_writes_the_table(tmp_path):
   assert "**NO**" not in text
   assert "| packed_gqa | splash (interpret) | float32 |" in text
   assert "refused: no sliding window" in text  # pallas_gpu's clear refusal
+
+
+def test_a_part_that_crashes_is_recorded_and_the_others_still_run(tmp_path):
+  out = tmp_path / "check.md"
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.benchmarks.accelerator_check", "--smoke",
+       "--skip=attention", "--attention=no_such_attention", f"--out={out}"], cwd=ROOT,
+      capture_output=True, text=True, timeout=300,
+      env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+  assert proc.returncode != 0
+  assert "error: the check failed in training, decode" in proc.stderr, proc.stderr[-2000:]
+  text = out.read_text()  # written although both parts failed
+  assert text.count("failed: ") == 2 and "no_such_attention" in text
