@@ -1,7 +1,7 @@
 r"""The train command against its own bare step, and where its memory goes, on W1/W2.
 
     python -m experiments.benchmarks.train_command [--workloads W1,W2] [--train_steps 40]
-        [--cpu_devices 1] [--torch]
+        [--cpu_devices 1] [--torch] [--repeats 3]
 
 For each workload of experiments/benchmarks/train_throughput.py, in separate processes run one
 after another (so each peak resident set is its own):
@@ -17,6 +17,10 @@ set sampled every 20 ms and attributed to the phase the run had printed last (st
 data, unigram entropy and loss floor, compile, steps, eval, save), so the table says which
 phase sets the peak. Both commands get the same --cpu_devices (the train command's default 1:
 one XLA device using every core).
+
+--repeats R runs the R rounds interleaved (bare, train, torch, then again), because a VM's
+speed drifts by more than the effects measured here between runs minutes apart: each round is
+a row, and a last row per workload holds the medians over rounds, with the ratios' range.
 """
 
 import json
@@ -40,6 +44,7 @@ FLAGS = flags.FLAGS
 FLAGS.set_default("cpu_devices", 1)
 _STEPS = flags.DEFINE_integer("train_steps", 40, "Train-command steps per workload.")
 _TORCH = flags.DEFINE_bool("torch", False, "Also run the PyTorch implementation (interop extra).")
+_REPEATS = flags.DEFINE_integer("repeats", 1, "Interleaved rounds per workload (medians reported).")
 
 # The phase a train run is in, from the last line it printed that matches (first match wins).
 _PHASES = (("done:", "end"), ("| eval", "save"), ("step ", "steps and eval"), ("compiled", "steps and eval"),
@@ -118,23 +123,53 @@ def measure(name: str) -> dict:
   return result
 
 
+def median_row(rounds: list[dict]) -> dict:
+  """The medians over rounds of every figure, and the range of the per-round ratios."""
+  keys = [k for k in rounds[0] if isinstance(rounds[0][k], float)]
+  row = {k: statistics.median(r[k] for r in rounds) for k in keys}
+  row.update(workload=rounds[0]["workload"], phases=rounds[-1]["phases"],
+             label=f"{rounds[0]['workload']} median of {len(rounds)}")
+  ratios = {"train/bare": [r["train_ms"] / r["bare_ms"] for r in rounds]}
+  if "torch_ms" in row:
+    ratios["torch/train"] = [r["torch_ms"] / r["train_ms"] for r in rounds]
+    ratios["train/torch MiB"] = [r["train_rss"] / r["torch_rss"] for r in rounds]
+  row["ranges"] = {k: (min(v), max(v)) for k, v in ratios.items()}
+  return row
+
+
 def main(argv):
   del argv
   for name in FLAGS.workloads:
     if name not in WORKLOADS:
       raise ValueError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
+  if _REPEATS.value < 1:
+    raise ValueError(f"--repeats={_REPEATS.value}: give 1 or more rounds")
   print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
-        f"--cpu_devices={FLAGS.cpu_devices}, {_STEPS.value} train-command steps")
-  results = [measure(name) for name in FLAGS.workloads]
-  torch = " torch ms  torch MiB" if _TORCH.value else ""
-  print(f"{'':4} {'bare ms':>8} {'train ms':>8} {'train/bare':>10} {'bare MiB':>9} "
+        f"--cpu_devices={FLAGS.cpu_devices}, {_STEPS.value} train-command steps, "
+        f"{_REPEATS.value} round(s)")
+  rows, summaries = [], []
+  for name in FLAGS.workloads:
+    rounds = []
+    for i in range(_REPEATS.value):
+      rounds.append(dict(measure(name), label=f"{name}" + (f" #{i + 1}" if _REPEATS.value > 1
+                                                              else "")))
+    rows += rounds
+    if _REPEATS.value > 1:
+      summaries.append(median_row(rounds))
+      rows.append(summaries[-1])
+  torch = " torch ms  torch MiB torch/train" if _TORCH.value else ""
+  print(f"{'':14} {'bare ms':>8} {'train ms':>8} {'train/bare':>10} {'bare MiB':>9} "
         f"{'train MiB':>9}{torch}")
-  for r in results:
-    extra = (f" {r['torch_ms']:8.1f} {r['torch_rss']:10.0f}" if _TORCH.value else "")
-    print(f"{r['workload']:4} {r['bare_ms']:8.1f} {r['train_ms']:8.1f} "
+  for r in rows:
+    extra = (f" {r['torch_ms']:8.1f} {r['torch_rss']:10.0f} {r['torch_ms'] / r['train_ms']:11.3f}"
+             if _TORCH.value else "")
+    print(f"{r['label']:14} {r['bare_ms']:8.1f} {r['train_ms']:8.1f} "
           f"{r['train_ms'] / r['bare_ms']:10.3f} {r['bare_rss']:9.0f} {r['train_rss']:9.0f}{extra}")
-  for r in results:
-    print(f"{r['workload']} train-command peak RSS by phase (MiB): " + ", ".join(
+  for r in summaries:
+    print(f"{r['workload']} over {_REPEATS.value} rounds, range of the per-round ratios: " +
+          ", ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in r["ranges"].items()))
+  for r in [x for x in rows if "ranges" not in x]:
+    print(f"{r['label']} train-command peak RSS by phase (MiB): " + ", ".join(
         f"{phase} {mib:.0f}" for phase, mib in r["phases"].items()))
   print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
