@@ -14,113 +14,7 @@ from transformer import data
 from transformer.data import builders, grammar as g, grammar_floor as floor, pipeline, tokenizers
 from transformer.data import grammar_lengths as lengths_mod
 
-
-class _Branch(Exception):
-  pass
-
-
-class _Uniform:
-  """rng.random()'s value, resolved lazily: each `u < t` splits the interval u is known to lie
-  in, so a derivation's probability is exactly the product of the branches it took."""
-
-  def __init__(self, tracer):
-    self.tracer, self.lo, self.hi = tracer, 0.0, 1.0
-
-  def __lt__(self, t):
-    if t <= self.lo:
-      return False
-    if t >= self.hi:
-      return True
-    p_true = (t - self.lo) / (self.hi - self.lo)
-    below = self.tracer._take([p_true, 1 - p_true]) == 0
-    self.lo, self.hi = (self.lo, t) if below else (t, self.hi)
-    return below
-
-
-class _Tracer:
-  """Duck-types the random.Random methods grammar.py calls; `prob` is the derivation's."""
-
-  def __init__(self):
-    self.prob = 1.0
-
-  def pick(self, probs):
-    raise NotImplementedError
-
-  def _take(self, probs):
-    i = self.pick(probs)
-    self.prob *= probs[i]
-    return i
-
-  def random(self):
-    return _Uniform(self)
-
-  def choices(self, population, weights=None, cum_weights=None, k=1):
-    assert k == 1
-    if cum_weights is not None:
-      weights = np.diff([0.0] + list(cum_weights))
-    total = float(sum(weights))
-    return [population[self._take([w / total for w in weights])]]
-
-  def randint(self, a, b):
-    return a + self._take([1 / (b - a + 1)] * (b - a + 1))
-
-  def randrange(self, a, b=None):
-    lo, hi = (0, a) if b is None else (a, b)
-    return lo + self._take([1 / (hi - lo)] * (hi - lo))
-
-  def choice(self, seq):
-    return seq[self._take([1 / len(seq)] * len(seq))]
-
-  def sample(self, seq, k):
-    assert k == 2
-    pairs = [(i, j) for i in range(len(seq)) for j in range(len(seq)) if i != j]
-    i, j = pairs[self._take([1 / len(pairs)] * len(pairs))]
-    return [seq[i], seq[j]]
-
-
-class _Scripted(_Tracer):
-  def __init__(self, script):
-    super().__init__()
-    self.script, self.at = script, 0
-
-  def pick(self, probs):
-    if self.at == len(self.script):
-      raise _Branch(len(probs))
-    self.at += 1
-    return self.script[self.at - 1]
-
-
-class _Recording(_Tracer):
-  def __init__(self, seed):
-    super().__init__()
-    self.rng = random.Random(seed)
-
-  def pick(self, probs):
-    return self.rng.choices(range(len(probs)), weights=probs)[0]
-
-
-def _derivations(generate):
-  """Every (output, probability) derivation of generate(rng), by depth-first replay."""
-  stack, out = [[]], []
-  while stack:
-    script = stack.pop()
-    rng = _Scripted(script)
-    try:
-      result = generate(rng)
-    except _Branch as b:
-      stack.extend(script + [i] for i in range(b.args[0]))
-      continue
-    if rng.prob > 0:
-      out.append((result, rng.prob))
-  return out
-
-
-def _by_string(derivations):
-  probs, counts = collections.defaultdict(float), collections.Counter()
-  for s, p in derivations:
-    probs[s] += p
-    counts[s] += 1
-  return probs, counts
+from helpers import grammar_enumeration as exhaustive
 
 
 @pytest.fixture
@@ -165,7 +59,7 @@ def test_default_corpus_is_byte_for_byte_what_it_was():
 
 def test_sentence_probability_is_the_sum_over_its_derivations(tiny):
   tiny()
-  probs, counts = _by_string(_derivations(g.sentence))
+  probs, counts = exhaustive.by_string(exhaustive.derivations(g.sentence))
   assert math.isclose(sum(probs.values()), 1.0, rel_tol=1e-12)  # the enumeration is complete
   assert max(counts.values()) >= 2  # some strings are ambiguous, so marginalizing matters
   assert any(" an open " in s or s.startswith("An open") for s in probs)
@@ -180,7 +74,8 @@ def test_sentence_probability_is_the_sum_over_its_derivations(tiny):
 
 def test_noun_phrase_threads_the_shared_modifier_budget(tiny):
   tiny(nouns=(("door", "doors"),))
-  probs, _ = _by_string(_derivations(lambda rng: tuple(g._noun_phrase(rng, "sg", [2]))))
+  probs, _ = exhaustive.by_string(
+      exhaustive.derivations(lambda rng: tuple(g._noun_phrase(rng, "sg", [2]))))
   assert math.isclose(sum(probs.values()), 1.0, rel_tol=1e-12)
   for words, p in probs.items():
     chart = floor._Chart(words)
@@ -211,7 +106,8 @@ def test_document_probability_is_the_sum_over_its_derivations(tiny, monkeypatch)
   monkeypatch.setattr(floor, "_cue_probs", invert(cue))
   monkeypatch.setattr(floor, "_sense_probs", invert(use))
   for sentences in ((1, 4), (2, 2)):
-    probs, counts = _by_string(_derivations(lambda rng: g.document(rng, sentences)))
+    probs, counts = exhaustive.by_string(
+        exhaustive.derivations(lambda rng: g.document(rng, sentences)))
     assert math.isclose(sum(probs.values()), 1.0, rel_tol=1e-12)
     assert max(counts.values()) >= 2
     for text, p in probs.items():
@@ -226,7 +122,7 @@ def dataclass_fields(obj):
 def test_monte_carlo_mean_log_prob_matches_the_sampled_entropy(tiny):
   # Two nouns share the plural "doors": that word has two derivations, both summed.
   tiny(nouns=(("door", "doors"), ("gate", "doors")), subject_budget=0)
-  probs, counts = _by_string(_derivations(g.sentence))
+  probs, counts = exhaustive.by_string(exhaustive.derivations(g.sentence))
   assert counts["The doors sleep."] == 2
   for s, p in probs.items():
     assert floor.sentence_prob(s) == pytest.approx(p, rel=1e-9), s
@@ -245,7 +141,7 @@ def test_monte_carlo_mean_log_prob_matches_the_sampled_entropy(tiny):
 def test_the_real_generators_derivation_is_a_lower_bound_and_exact_when_unambiguous():
   floor.clear_caches()
   for seed in range(60):
-    rng = _Recording(seed)
+    rng = exhaustive.Recording(seed)
     text = g.sentence(rng)
     p = floor.sentence_prob(text)
     assert p >= rng.prob * (1 - 1e-9), text
@@ -253,7 +149,7 @@ def test_the_real_generators_derivation_is_a_lower_bound_and_exact_when_unambigu
       assert p == pytest.approx(rng.prob, rel=1e-9), text
   for seed in range(20):
     for sentences in ((3, 7), (1, 1), (2, 3)):
-      rng = _Recording(seed)
+      rng = exhaustive.Recording(seed)
       text = g.document(rng, sentences)
       # The recorded derivation includes the two sentences the cue pair replaced: a bound.
       assert floor.document_log_prob(text, sentences) >= math.log(rng.prob) - 1e-9, text
@@ -320,26 +216,27 @@ def test_length_distributions_match_exhaustive_enumeration(tiny):
   # Character counts of every part, a/an ("an open") and the shared modifier budget included.
   lexicon = tiny()
   lengths = lengths_mod._Lengths()
-  _matches(lengths.sentence(), _length_dist(_derivations(g.sentence)))
+  _matches(lengths.sentence(), _length_dist(exhaustive.derivations(g.sentence)))
   sense = lexicon.senses[0]
   for which in range(2):
     _matches(lengths.cue_sentence(sense.cues[which]),
-             _length_dist(_derivations(lambda rng: g._cue_sentence(rng, sense.cues[which]))))
+             _length_dist(exhaustive.derivations(
+                 lambda rng: g._cue_sentence(rng, sense.cues[which]))))
     _matches(lengths.sense_sentence(sense, which),
-             _length_dist(_derivations(lambda rng: g._sense_sentence(rng, sense, which))))
+             _length_dist(exhaustive.derivations(lambda rng: g._sense_sentence(rng, sense, which))))
   tiny(nouns=(("door", "doors"),), object_budget=1)
   lengths = lengths_mod._Lengths()
   for number in ("sg", "pl"):
-    phrase = _derivations(lambda rng: _rendered(g._noun_phrase(rng, number, [2])))
+    phrase = exhaustive.derivations(lambda rng: _rendered(g._noun_phrase(rng, number, [2])))
     _matches(lengths.noun_phrase(number, 2), _length_dist(phrase, offset=1))
-    predicate = _derivations(lambda rng: _rendered(g._predicate(rng, number)))
+    predicate = exhaustive.derivations(lambda rng: _rendered(g._predicate(rng, number)))
     _matches(lengths.predicate(number), _length_dist(predicate, offset=1))
 
 
 def test_fit_probability_is_the_brute_force_mass_of_the_documents_that_fit(tiny):
   tiny()
-  derivations = _derivations(lambda rng: g.document(rng, (1, 1)))
-  probs, _ = _by_string(derivations)
+  derivations = exhaustive.derivations(lambda rng: g.document(rng, (1, 1)))
+  probs, _ = exhaustive.by_string(derivations)
   tokens = _length_dist(derivations, offset=2)
   _matches(lengths_mod.document_token_distribution((1, 1)), tokens)
   for cap in sorted(tokens)[::3] + [max(tokens), 0]:
@@ -378,7 +275,7 @@ def test_document_lengths_compose_sentences_spaces_and_the_sense_pair(tiny, monk
   monkeypatch.setattr(lengths_mod._Lengths, "sense_sentence",
                       lambda self, s, w: as_array(use[key(s, w)]))
   for sentences in ((1, 4), (2, 2), (3, 3)):
-    derivations = _derivations(lambda rng: g.document(rng, sentences))
+    derivations = exhaustive.derivations(lambda rng: g.document(rng, sentences))
     _matches(lengths_mod._Lengths().document(sentences), _length_dist(derivations))
 
 
