@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from transformer.schema import position_config
 from transformer.interop import hf, hf_families, workdirs
 from transformer.model import models
 from tests.helpers.tiny_models import init_params as _init, ours as _ours
@@ -283,76 +282,6 @@ def test_round_trip_from_ours_is_exact(family, overrides, tmp_path):
     assert a.dtype == b.dtype, path
     np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                   err_msg=jax.tree_util.keystr(path))
-
-
-@pytest.fixture
-def written(tmp_path):
-  cfg = _ours("llama", num_layers=1)
-  hf.to_hf(cfg, _init(cfg), str(tmp_path))
-  return str(tmp_path)
-
-
-def _edit(path, config=None, tensors=None):
-  if config:
-    with open(os.path.join(path, "config.json")) as f:
-      hf = json.load(f)
-    config(hf)
-    with open(os.path.join(path, "config.json"), "w") as f:
-      json.dump(hf, f)
-  if tensors:
-    t = load_file(os.path.join(path, "model.safetensors"))
-    tensors(t)
-    save_file(t, os.path.join(path, "model.safetensors"))
-
-
-def test_error_unknown_architecture(written):
-  _edit(written, config=lambda hf: hf.update(model_type="mistral"))
-  with pytest.raises(ValueError, match=r"model_type 'mistral'; convertible: \['bert', 'gpt2'"):
-    hf.from_hf(written)
-
-
-def test_error_missing_tensor(written):
-  _edit(written, tensors=lambda t: t.pop("model.layers.0.mlp.up_proj.weight"))
-  with pytest.raises(ValueError, match=r"'model.layers.0.mlp.up_proj.weight' is missing \(it "
-                                       r"holds tower/stack/layers_0/ffn/wi_1/kernel\)"):
-    hf.from_hf(written)
-
-
-def test_error_shape_mismatch(written):
-  _edit(written, config=lambda hf: hf.update(num_key_value_heads=4))
-  with pytest.raises(ValueError, match=r"'model.layers.0.self_attn.k_proj.weight' has shape "
-                                       r"\(8, 16\), which does not fit .*key/kernel of shape "
-                                       r"\(16, 4, 4\)"):
-    hf.from_hf(written)
-
-
-def test_error_unexpected_tensor(written):
-  _edit(written, tensors=lambda t: t.update({"model.layers.0.extra.weight": np.zeros(3)}))
-  with pytest.raises(ValueError, match=r"'model.layers.0.extra.weight' is not part of the llama"):
-    hf.from_hf(written)
-
-
-def test_error_unsupported_rope_type(written):
-  _edit(written, config=lambda hf: hf["rope_parameters"].update(rope_type="dynamic"))
-  with pytest.raises(ValueError, match=r"rope type 'dynamic' has no equivalent here"):
-    hf.from_hf(written)
-
-
-def test_error_architecture_override(written):
-  with pytest.raises(ValueError, match=r"only runtime keys .* not 'num_layers'"):
-    hf.from_hf(written, num_layers=3)
-
-
-@pytest.mark.parametrize("overrides,message", [
-    (dict(kind="decoder", position=position_config("alibi")),
-     r"no Hugging Face family writes a model.kind='decoder' with position.name='alibi'"),
-    (dict(window=8), r"as a Hugging Face llama checkpoint: model.window=8 would read back as 0"),
-    (dict(ffn="gelu"), r"llama uses a gated feed-forward; model.ffn='gelu' is not one"),
-])
-def test_error_model_not_writable(overrides, message, tmp_path):
-  cfg = _ours("llama", **overrides)
-  with pytest.raises(ValueError, match=message):
-    hf.to_hf(cfg, {"params": {}}, str(tmp_path))
 
 
 # ---------------------------------------------------------------------------------------------
