@@ -37,3 +37,13 @@ def test_a_part_that_crashes_is_recorded_and_the_others_still_run(tmp_path):
   assert "error: the check failed in training, decode" in proc.stderr, proc.stderr[-2000:]
   text = out.read_text()  # written although both parts failed
   assert text.count("failed: ") == 2 and "no_such_attention" in text
+
+
+def test_an_unknown_part_to_skip_is_refused_before_compute():
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.benchmarks.accelerator_check", "--smoke",
+       "--skip=trainig"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+      env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+  assert proc.returncode != 0
+  assert "--skip=trainig: valid parts are attention, training, decode" in proc.stderr
+  assert "Accelerator check" not in proc.stdout

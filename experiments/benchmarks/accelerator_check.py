@@ -312,6 +312,9 @@ def markdown(header, attn, train, dec) -> str:
 
 def main(argv):
   del argv
+  unknown = sorted(set(_SKIP.value) - {"attention", "training", "decode"})
+  if unknown:
+    raise ValueError(f"--skip={','.join(unknown)}: valid parts are attention, training, decode")
   start = time.perf_counter()
   backend = jax.default_backend()
   header = (f"{jax.devices()[0].device_kind} x{jax.device_count()} ({backend}), "
