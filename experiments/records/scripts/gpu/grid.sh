@@ -25,7 +25,7 @@ export TFDS_DATA_DIR=${TFDS_DATA_DIR:-/tmp/tfds}
 D=$TFDS_DATA_DIR/grammar_corpus/large-sentences1-1-maxtokens128/1.0.0
 if [ ! -f "$D/dataset_info.json" ]; then
   mkdir -p "$D" /tmp/unpack
-  xz -dc "$G/gc_large.tar.xz" | tar x -C /tmp/unpack || exit 1
+  python3 -c "import tarfile; tarfile.open('$G/gc_large.tar.xz').extractall('/tmp/unpack')" || exit 1
   PYTHONPATH=$SITE python3 "$G/rebuild.py" /tmp/unpack/blobs "$D" && cp /tmp/unpack/blobs/*.json "$D/" || exit 1
 fi
 echo "data ready at $(el) s"
@@ -61,9 +61,24 @@ mark() {  # mark CONFIG WORKDIR REGEX: placeholder summaries for the runs whose 
       fi
     done
 }
+killgrid() {  # killgrid SIGNAL: every process whose command line holds "$W/" (no pkill needed)
+  python3 - "$1" "$W/" <<'EOF2'
+import os, signal, sys
+sig, pattern = getattr(signal, "SIG" + sys.argv[1]), sys.argv[2]
+for pid in filter(str.isdigit, os.listdir("/proc")):
+  try:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+      cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+    if pattern in cmd and int(pid) != os.getpid():
+      os.kill(int(pid), sig)
+  except (OSError, ProcessLookupError):
+    pass
+EOF2
+}
+PIN=taskset; command -v taskset > /dev/null || PIN=""  # taskset -c CPUS, where the image has it
 launch() {  # launch TREE DESIGN WORKDIR REGEX CPUS PARALLEL NICE
   (cd "$G/$1" && export PYTHONPATH=$SITE:$G/$1 && mark "configs/scaling.py:design=$2" "$3" "$4" &&
-   exec taskset -c "$5" nice -n "$7" python3 -m launch.local --config "configs/scaling.py:design=$2" \
+   exec ${PIN:+taskset -c "$5"} nice -n "$7" python3 -m launch.local --config "configs/scaling.py:design=$2" \
      --workdir "$3" --parallel "$6" --config.model.attention=dense) > "$3.launcher.log" 2>&1
 }
 A=${CPUS_A:-0-11}; B=${CPUS_B:-12-15}
@@ -87,7 +102,7 @@ while [ "$(el)" -lt "$DEADLINE" ]; do
 done
 echo "stopping at $(el) s"
 touch "$STOP"
-pkill -TERM -f "$W/"; sleep 3; pkill -KILL -f "$W/"; sleep 1  # launchers and runs of this grid only
+killgrid TERM; sleep 3; killgrid KILL; sleep 1  # launchers and runs of this grid only
 for l in "$W"/*.launcher.log; do echo "== $l"; grep -E "^(done|FAILED)|runs in" "$l" | tail -n 40; done
 # Finished runs (no placeholders), every launcher log, and the logs of runs that failed or were cut.
 (cd "$W" && python3 - <<'EOF' > /tmp/files.txt
