@@ -12,6 +12,7 @@ Arguments: those of configs/extrapolation.py.
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from configs import extrapolation
 
@@ -89,6 +90,11 @@ def get_config(arg: str | None = None):
                   + (";kv_max_steps=3000" if name == "rope" else "")
                   + " | kv_warm_pairs=2,4,8,16") if not tiny else ""
            for name in extrapolation.SCHEME_NAMES}),
+      # The LM-pretrained variant's own list, where its attempts differ from the from-scratch
+      # runs' (unset: kv_retry's entry; "": no retry). Its runs stopped at the learning-rate
+      # retry when the curriculum was added for the from-scratch ones.
+      kv_pretrained_retry=ml_collections.ConfigDict(
+          {name: config_dict.placeholder(str) for name in extrapolation.SCHEME_NAMES}),
       kv_positions=8 if not tiny else 3,
       kv_items=500 if not tiny else 4,
       map_scheme="rope",

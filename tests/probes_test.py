@@ -94,6 +94,26 @@ def test_stages_and_attempts_from_the_config():
       criterion.attempts(config, "rope")
 
 
+def test_the_lm_pretrained_variant_can_have_its_own_attempts():
+  config = probes_config.get_config()
+  exp = config.experiment
+  exp.kv_retry.none = "opt.lr=3e-4 | kv_warm_pairs=2,4"
+  # Unset: the variant tries what the from-scratch runs try.
+  assert exp.kv_pretrained_retry.none is None
+  assert criterion.attempts(config, "none", pretrained=True) == criterion.attempts(config, "none")
+  exp.kv_pretrained_retry.none = "opt.lr=3e-4"
+  assert criterion.attempts(config, "none", pretrained=True) == ["", "opt.lr=3e-4"]
+  assert criterion.attempts(config, "none") == ["", "opt.lr=3e-4", "kv_warm_pairs=2,4"]
+  exp.kv_pretrained_retry.none = ""  # no retry at all
+  assert criterion.attempts(config, "none", pretrained=True) == [""]
+  exp.kv_pretrained_retry.none = "opt.lr"  # a typo names the table it is in
+  with pytest.raises(ValueError, match="experiment.kv_pretrained_retry.none"):
+    criterion.attempts(config, "none", pretrained=True)
+  # A placeholder of type str: any scheme takes a string (as --config.experiment.kv_pretrained_retry.rope=...).
+  exp.kv_pretrained_retry.rope = "opt.lr=1e-3"
+  assert criterion.attempts(config, "rope", pretrained=True) == ["", "opt.lr=1e-3"]
+
+
 @pytest.mark.parametrize("outcomes, chosen, trained", [
     # (met by attempt index, per seed) -> the attempt each seed reports, what was trained
     ({0: [1, 1, 1]}, 0, {0: [0], 1: [0], 2: [0]}),

@@ -146,17 +146,23 @@ def _check_warm_pairs(exp, pairs, what: str) -> None:
                      f"kv_train_pairs={exp.kv_train_pairs}")
 
 
-def attempts(config, scheme: str) -> list[str]:
-  """The settings tried in order: the scheme's own (""), then its kv_retry entries."""
-  table = config.experiment.get("kv_retry")
+def attempts(config, scheme: str, pretrained: bool = False) -> list[str]:
+  """The settings tried in order: the scheme's own (""), then its kv_retry entries; for the
+  LM-pretrained variant, its kv_pretrained_retry entry where one is set (a variant whose
+  attempts stopped earlier than the from-scratch runs' keeps its own list; "" is none)."""
+  key = "kv_retry"
+  own = config.experiment.get("kv_pretrained_retry") if pretrained else None
+  if own is not None and own.get(scheme) is not None:
+    key = "kv_pretrained_retry"
+  table = config.experiment.get(key)
   text = (table.get(scheme, "") if table is not None else "") or ""
   retries = [t.strip() for t in str(text).split("|") if t.strip()]
   for r in retries:  # a typo fails before training
     overrides, cap, _ = split_retry(r)
-    parse_overrides(overrides, f"experiment.kv_retry.{scheme}")
+    parse_overrides(overrides, f"experiment.{key}.{scheme}")
     stages(config.experiment, cap)
     _check_warm_pairs(config.experiment, warm_pairs(config.experiment, r),
-                      f"{WARM_KEY} in experiment.kv_retry.{scheme}")
+                      f"{WARM_KEY} in experiment.{key}.{scheme}")
   return [""] + retries
 
 
@@ -239,7 +245,7 @@ def check_finished(config, workdir: str, scheme: str, seeds, init_from=None,
   """Refuse, before anything trains, a finished stage of any attempt that was trained with
   other settings than these (train.steps aside: stages differ only in it)."""
   for seed in seeds:
-    for index, retry in enumerate(attempts(config, scheme)):
+    for index, retry in enumerate(attempts(config, scheme, init_from is not None)):
       run_dir = attempt_dir(workdir, scheme, seed, index)
       source = init_from(seed) if init_from else ""
       for warm_dir, cfg in _warm_runs(config, run_dir, seed, scheme, retry,
@@ -350,7 +356,7 @@ def train_to_criterion(config, workdir: str, scheme: str, seeds, label: str | No
   attempt, or, when none was accepted, that of the setting most seeds met (the earliest of
   a tie); a seed never trained with it says why."""
   label = label or scheme
-  tries = attempts(config, scheme)
+  tries = attempts(config, scheme, init_from is not None)
   seeds = list(seeds)
   tried = {seed: {} for seed in seeds}  # seed -> {attempt index: record}
   for index in range(len(tries)):

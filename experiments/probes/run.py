@@ -278,6 +278,8 @@ def run(config, workdir: str) -> None:
              "kv_train_pairs": exp.kv_train_pairs, "kv_min_pairs": exp.kv_min_pairs,
              "kv_criterion": exp.kv_criterion, "kv_check_items": exp.kv_check_items,
              "kv_stages": criterion.stages(exp), "kv_retry": exp.kv_retry.to_dict(),
+             "kv_pretrained_retry": {k: v for k, v in
+                                     exp.get("kv_pretrained_retry", {}).items() if v is not None},
              "kv_warm_steps": exp.kv_warm_steps, "kv_warm_pairs": exp.kv_warm_pairs,
              "lm_then_retrieval": LM_THEN_RETRIEVAL.format(
                  schemes=", ".join(pt_schemes) or "none", lm_dir=lm_dir),
