@@ -109,7 +109,8 @@ def test_the_lm_pretrained_variant_can_have_its_own_attempts():
   exp.kv_pretrained_retry.none = "opt.lr"  # a typo names the table it is in
   with pytest.raises(ValueError, match="experiment.kv_pretrained_retry.none"):
     criterion.attempts(config, "none", pretrained=True)
-  # A placeholder of type str: any scheme takes a string (as --config.experiment.kv_pretrained_retry.rope=...).
+  # A placeholder of type str: any scheme takes a string
+  # (as --config.experiment.kv_pretrained_retry.rope=...).
   exp.kv_pretrained_retry.rope = "opt.lr=1e-3"
   assert criterion.attempts(config, "rope", pretrained=True) == ["", "opt.lr=1e-3"]
 

@@ -47,7 +47,8 @@ _OUT = flags.DEFINE_string("out", "accelerator_check.md", "Where the markdown ta
 _STEPS = flags.DEFINE_integer("steps", 0, "Timed training steps (0: 20, smoke 3).")
 _BATCH = flags.DEFINE_integer("batch_size", 0, "Training batch (0: 8, smoke 2).")
 _ATTENTION = flags.DEFINE_string("attention", "auto", "model.attention for training/decode.")
-_SKIP = flags.DEFINE_list("skip", [], "Parts to skip: attention, training, decode.")
+PARTS = ("attention", "training", "decode")  # in the order they run
+_SKIP = flags.DEFINE_list("skip", [], f"Parts to skip: {', '.join(PARTS)}.")
 
 FULL = dict(
     attention=dict(B=2, L=1024, N=8, K=2, H=128, window=256, dtype="bfloat16", atol=2e-2),
@@ -312,15 +313,15 @@ def markdown(header, attn, train, dec) -> str:
 
 def main(argv):
   del argv
-  unknown = sorted(set(_SKIP.value) - {"attention", "training", "decode"})
+  unknown = sorted(set(_SKIP.value) - set(PARTS))
   if unknown:
-    raise ValueError(f"--skip={','.join(unknown)}: valid parts are attention, training, decode")
+    raise ValueError(f"--skip={','.join(unknown)}: valid parts are {', '.join(PARTS)}")
   start = time.perf_counter()
   backend = jax.default_backend()
   header = (f"{jax.devices()[0].device_kind} x{jax.device_count()} ({backend}), "
             f"jax {jax.__version__}, {os.cpu_count()} CPUs")
   print(header, flush=True)
-  parts = {"attention": None, "training": None, "decode": None}
+  parts = dict.fromkeys(PARTS)
   checks = {"attention": lambda: attention_checks(backend), "training": training_check,
             "decode": decode_check}
 

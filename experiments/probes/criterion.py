@@ -150,11 +150,10 @@ def attempts(config, scheme: str, pretrained: bool = False) -> list[str]:
   """The settings tried in order: the scheme's own (""), then its kv_retry entries; for the
   LM-pretrained variant, its kv_pretrained_retry entry where one is set (a variant whose
   attempts stopped earlier than the from-scratch runs' keeps its own list; "" is none)."""
-  key = "kv_retry"
+  key, table = "kv_retry", config.experiment.get("kv_retry")
   own = config.experiment.get("kv_pretrained_retry") if pretrained else None
   if own is not None and own.get(scheme) is not None:
-    key = "kv_pretrained_retry"
-  table = config.experiment.get(key)
+    key, table = "kv_pretrained_retry", own
   text = (table.get(scheme, "") if table is not None else "") or ""
   retries = [t.strip() for t in str(text).split("|") if t.strip()]
   for r in retries:  # a typo fails before training
