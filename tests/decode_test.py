@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.schema import model_config, position_config
 from transformer.analysis import model_stats
 from transformer.inference import beam_search, decode
 from transformer.model import models
+from tests.helpers.tiny_models import built, tiny
 
 pytestmark = pytest.mark.slow  # whole models compiled per case (conftest.py)
 
@@ -24,22 +24,6 @@ SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
 PROMPTS = [[1, 5, 6], [1, 7, 8, 9, 10]]  # different lengths: the batch is left-padded
 ENCODER_INPUTS = [[5, 6, 7, 2], [8, 9, 2]]
 DECODER_PROMPTS = [[1], [1, 4]]
-
-
-def tiny(kind="decoder", scheme="rope", **kw):
-  """GQA (4 query heads, 2 kv heads) so the cache is smaller than the heads."""
-  base = dict(kind=kind, vocab_size=37, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
-              d_ff=48, max_len=32, position=position_config(scheme), attention="dense")
-  base.update(kw)
-  return model_config(**base)
-
-
-@functools.lru_cache(maxsize=None)
-def built(kind="decoder", scheme="rope", **kw):
-  cfg = tiny(kind, scheme, **kw)
-  model = models.make_model(cfg)
-  params = model.init(jax.random.key(0), *models.dummy_inputs(cfg, 1, 8))["params"]
-  return cfg, model, params
 
 
 def full_forward_fn(model, params, kind, start_B):

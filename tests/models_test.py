@@ -9,27 +9,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.schema import model_config, position_config
+from transformer.schema import position_config
 from transformer.model import models
+from tests.helpers import tiny_models
+from tests.helpers.tiny_models import tiny
 
 pytestmark = pytest.mark.slow  # whole models compiled per case (conftest.py)
 
 SCHEMES = ["none", "sinusoidal", "learned", "rope", "alibi", "t5_bias"]
 
 
-def tiny(kind="decoder", scheme="rope", **kw):
-  base = dict(kind=kind, vocab_size=37, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
-              d_ff=48, max_len=32, position=position_config(scheme), attention="dense")
-  base.update(kw)
-  return model_config(**base)
-
-
-@functools.lru_cache(maxsize=None)
 def built(kind, scheme, **kw):
-  cfg = tiny(kind, scheme, **kw)
-  model = models.make_model(cfg)
-  variables = model.init(jax.random.key(0), *models.dummy_inputs(cfg, 1, 8))
-  return cfg, model, {"params": variables["params"]}
+  cfg, model, params = tiny_models.built(kind, scheme, **kw)
+  return cfg, model, {"params": params}
 
 
 def tokens(shape, seed=0):

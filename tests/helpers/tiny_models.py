@@ -1,5 +1,8 @@
-"""Tiny model configs of ours that each Hugging Face family can write, and random parameters of
-their shapes: the conversion tests' models (tests/convert_test.py, convert_safety_test.py)."""
+"""Tiny models the tests share: the model and decoding tests' GQA model (`tiny`, `built`:
+tests/models_test.py, decode_test.py), and model configs of ours that each Hugging Face family
+can write with random parameters of their shapes (`ours`, `init_params`: the conversion tests)."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +11,23 @@ from flax.linen import meta
 
 from transformer.model import models
 from transformer.schema import model_config, position_config
+
+
+def tiny(kind="decoder", scheme="rope", **kw):
+  """GQA (4 query heads, 2 kv heads), so a KV cache is smaller than the heads; dense attention."""
+  base = dict(kind=kind, vocab_size=37, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
+              d_ff=48, max_len=32, position=position_config(scheme), attention="dense")
+  base.update(kw)
+  return model_config(**base)
+
+
+@functools.lru_cache(maxsize=None)
+def built(kind="decoder", scheme="rope", **kw):
+  """`tiny`'s config, model and initialized parameters (cached: the tests share one init)."""
+  cfg = tiny(kind, scheme, **kw)
+  model = models.make_model(cfg)
+  params = model.init(jax.random.key(0), *models.dummy_inputs(cfg, 1, 8))["params"]
+  return cfg, model, params
 
 
 def ours(family, **overrides):
