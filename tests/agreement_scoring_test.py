@@ -65,6 +65,16 @@ def test_wilson_interval():
   assert probes.wilson(0, 10)[0] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_wilson_interval_holds_the_proportion_and_stays_in_0_1():
+  # All-wrong and all-right cells are common (ALiBi near the last pair, failed schemes beyond
+  # L): rounding once put their bound past the proportion, a negative plot error bar.
+  for n in range(1, 600):
+    for k in range(n + 1):
+      lo, hi = probes.wilson(k, n)
+      assert 0.0 <= lo <= k / n <= hi <= 1.0, (k, n, lo, hi)
+  assert probes.wilson(0, 500)[0] == 0.0 and probes.wilson(500, 500)[1] == 1.0
+
+
 def test_verb_kinds_cover_every_probe_item():
   kinds = {probes.verb_kind(it) for k in range(5) for it in data.agreement_probes(200, k)}
   assert {"copula", "has/have", "intransitive (prefix forms)",

@@ -11,7 +11,9 @@ def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
   p = successes / n
   centre = (p + z * z / (2 * n)) / (1 + z * z / n)
   half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-  return [float(centre - half), float(centre + half)]
+  # The interval contains p and lies in [0, 1]; at p = 0 or 1 the two terms cancel only up to
+  # rounding, which put the bound a hair past p (a negative error bar that matplotlib refuses).
+  return [float(min(max(centre - half, 0.0), p)), float(max(min(centre + half, 1.0), p))]
 
 
 def u_test(counts: dict) -> dict:
