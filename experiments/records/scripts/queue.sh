@@ -5,7 +5,8 @@
 #   core 0: T5 bias retrieval seed 0 (trained again for its lost checkpoint), then learned's and none's
 #           fourth attempts (scaled embeddings), then RoPE's curriculum (seeds 0-2), then issue 19's
 #           final gather (main's code), then the python_stdlib ALiBi LM and its LM-pretrained retrieval model, seeds 1-2
-#   core 1: the extended scaling grid and its fit, then the grid's ablation
+#   core 1: the extended scaling grid and its fit
+#   then the grid's ablation on the first core to free up, on both once both are free
 set -u
 cd /work/runs
 nohup taskset -c 0 nice -n 19 ./t5_cap.sh 999999 0 >> t5_cap_seed0.log 2>&1 &
@@ -17,7 +18,8 @@ rope=$!
 nohup nice -n 19 ./gather19_final.sh "$rope" >> gather19_final.log 2>&1 &
 gather=$!
 nohup nice -n 19 ./stdlib_seeds.sh "$gather" 0 >> stdlib_seeds.log 2>&1 &
+core0=$!
 nohup taskset -c 1 nice -n 19 ./scaling_ext.sh 999999 1 1 >> scaling_ext.log 2>&1 &
 ext=$!
-nohup nice -n 19 ./scaling_ablation_ext.sh "$ext" 1 1 >> scaling_ablation_ext.log 2>&1 &
+nohup nice -n 19 ./scaling_ablation_ext.sh "$ext" "$core0" >> scaling_ablation_ext.log 2>&1 &
 echo "queue started: t5_cap $t5, scaled_embeddings $scaled, scaling_ext $ext (see /work/runs/*.log)"
