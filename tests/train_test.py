@@ -172,21 +172,6 @@ def test_a_checkpoint_that_does_not_restore_names_the_settings_and_writes_nothin
   assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
-@pytest.mark.parametrize("where", ["model", "first_batch"])
-def test_a_run_that_fails_before_its_first_step_leaves_no_workdir(tmp_path, data_dir,
-                                                                  monkeypatch, where):
-  def fail(*args, **kwargs):
-    raise ValueError("not today")
-  if where == "model":  # before anything is written
-    monkeypatch.setattr(loop.models, "make_model", fail)
-  else:  # after config.json and the empty logs
-    monkeypatch.setattr(loop.ShardedBatches, "__next__", fail)
-  for workdir, kept in ((tmp_path / "new" / "run", False), (tmp_path, True)):
-    with pytest.raises(ValueError, match="not today"):
-      loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(workdir))
-    assert os.path.exists(workdir) == kept  # only a directory the run made is removed
-
-
 def test_gradient_accumulation_matches_the_full_batch(tmp_path, data_dir):
   full = loop.train_and_evaluate(
       tiny_run.tiny_config(data_dir, **{"train.steps": 2}), str(tmp_path / "full"))
