@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from transformer.model import attention
-from transformer.model.positions import AttentionTerms, alibi_slopes
 from transformer.schema import model_config
+from tests.helpers.attention_cases import bias_terms, positions_of
 
 B, N, H = 2, 4, 32
 cfg = model_config()
@@ -34,13 +34,6 @@ def segments(kind, L):
     seg[1, L // 5:] = 2
     seg[1, L // 2:] = 3
   return seg
-
-
-def positions_of(seg):
-  pos = np.zeros_like(seg)
-  for i in range(1, seg.shape[1]):
-    pos[:, i] = np.where(seg[:, i] == seg[:, i - 1], pos[:, i - 1] + 1, 0)
-  return pos
 
 
 def case(*, L=16, causal=True, window=0, K=N, segs="single", prefix=False, bias="",
@@ -60,13 +53,7 @@ def case(*, L=16, causal=True, window=0, K=N, segs="single", prefix=False, bias=
       k_positions=jnp.asarray(pos))
   layout = attention.make_layout(L, L, batch=B, causal=causal, window=window, segments=segs,
                                  prefix=None if pre is None else jnp.asarray(pre), **arrays)
-  terms = AttentionTerms()
-  if bias == "alibi":
-    terms = AttentionTerms(bias_table=jnp.asarray(alibi_slopes(N)), bias_kind="alibi")
-  if bias == "t5":
-    table = rng.normal(size=(32, N)).astype(np.float32)
-    terms = AttentionTerms(bias_table=jnp.asarray(table), bias_kind="t5",
-                           bias_settings=(not causal, 32, 128))
+  terms = bias_terms(bias, causal=causal, num_heads=N, rng=rng)
   return q, k, v, layout, terms
 
 

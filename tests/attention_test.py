@@ -11,7 +11,8 @@ import pytest
 from transformer.schema import model_config
 from transformer.model import attention
 from transformer.model.attention import reference
-from transformer.model.positions import AttentionTerms, alibi_slopes
+from transformer.model.positions import AttentionTerms
+from tests.helpers.attention_cases import bias_terms, positions_of
 
 B, L, N, H = 2, 13, 4, 8
 
@@ -45,14 +46,6 @@ def segments(kind):
   return seg
 
 
-def positions_of(seg):
-  pos = np.zeros_like(seg)
-  for b in range(B):
-    for i in range(1, L):
-      pos[b, i] = pos[b, i - 1] + 1 if seg[b, i] == seg[b, i - 1] else 0
-  return pos
-
-
 def make_case(name, seed=0):
   causal, window, K, seg_kind, prefix, bias = CASES[name]
   rng = np.random.default_rng(seed)
@@ -70,13 +63,7 @@ def make_case(name, seed=0):
       L, L, batch=B, q_segments=jnp.asarray(seg), k_segments=jnp.asarray(seg),
       q_positions=jnp.asarray(pos), k_positions=jnp.asarray(pos),
       prefix=None if pre is None else jnp.asarray(pre), causal=causal, window=window)
-  terms = AttentionTerms()
-  if bias == "alibi":
-    terms = AttentionTerms(bias_table=jnp.asarray(alibi_slopes(N)), bias_kind="alibi")
-  if bias == "t5":
-    table = rng.normal(size=(32, N)).astype(np.float32)
-    terms = AttentionTerms(bias_table=jnp.asarray(table), bias_kind="t5",
-                           bias_settings=(not causal, 32, 128))
+  terms = bias_terms(bias, causal=causal, num_heads=N, rng=rng)
   return q, k, v, seg, pos, pre, layout, terms
 
 
