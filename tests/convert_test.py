@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from transformer.inference import decode
 from transformer.interop import hf, hf_families, workdirs
 from transformer.model import models
 from tests.helpers.tiny_models import init_params as _init, ours as _ours
@@ -218,7 +219,6 @@ def test_greedy_generation_matches_transformers(reference, name):
 def test_kv_cache_generation_matches_transformers(reference, name):
   """transformer.decode (prefill + cached steps) on the converted model gives the same tokens."""
   torch, _ = _hf()
-  decode = pytest.importorskip("transformer.decode", reason="transformer.decode not present")
   hf_model, path = reference(name)
   cfg, variables = hf.from_hf(path)
   prompt = _tokens(cfg, 6)
