@@ -217,7 +217,7 @@ def test_greedy_generation_matches_transformers(reference, name):
 
 @pytest.mark.parametrize("name", ["gpt2", "llama3", "t5_v10", "t5_v11"])
 def test_kv_cache_generation_matches_transformers(reference, name):
-  """transformer.decode (prefill + cached steps) on the converted model gives the same tokens."""
+  """decode.generate (prefill + cached steps) on the converted model gives the same tokens."""
   torch, _ = _hf()
   hf_model, path = reference(name)
   cfg, variables = hf.from_hf(path)
