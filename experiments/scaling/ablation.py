@@ -128,5 +128,5 @@ if __name__ == "__main__":
   from absl import flags
   from transformer import cli
   flags.DEFINE_string("out", ".", "Directory for ablation.md and ablation.json.")
-  flags.DEFINE_integer("bootstrap", 200, "Bootstrap resamples per fit.")
+  flags.DEFINE_integer("bootstrap", 1000, "Bootstrap resamples per fit (as fit.py's default).")
   cli.run(main, positional=True)
