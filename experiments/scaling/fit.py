@@ -409,8 +409,8 @@ if __name__ == "__main__":
                        "budget's measured minimum.")
   flags.DEFINE_enum("grid", "hoffmann", sorted(INIT_GRIDS), "Approach-3 initialisation grid.")
   # 1000, not 200: a 95% percentile interval's ends are set by the 25 resamples in each tail;
-  # with 200 (5 per tail) they move a lot between bootstrap seeds, and the extended grid's
-  # interval of a came out much narrower than with 1000 (results/grammar_corpus/extended_results.md).
+  # with 200 (5 per tail) they are poorly estimated: the extended grid's interval of a came
+  # out much narrower than with 1000 (results/grammar_corpus/extended_results.md).
   flags.DEFINE_integer("bootstrap", 1000, "Bootstrap resamples for confidence intervals.")
   flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
   flags.DEFINE_integer("min_layers", 1, "Leave runs with fewer layers out of the fits "
