@@ -169,6 +169,30 @@ def test_kaplan_recovers_alpha_n_and_frontier():
   np.testing.assert_array_equal(c_env, [1, 3])
 
 
+def test_results_md_says_which_budgets_approach_2_left_out(tmp_path):
+  # Three budgets on Hoffmann's law and a fourth whose losses bend the wrong way: its
+  # parabola opens downward, so it has no row in the table and results.md must say why.
+  c, n, loss = [], [], []
+  for budget in (1e18, 1e19, 1e20):
+    centre = fit.compute_optimal(HOFFMANN, budget)["N_opt"]
+    for size in centre * np.geomspace(1 / 4, 4, 5):
+      c.append(budget)
+      n.append(size)
+      loss.append(fit.predict_loss(HOFFMANN, size, budget / (6 * size)))
+  for i, size in enumerate(np.geomspace(1e9, 1e10, 5)):
+    c.append(1e21)
+    n.append(size)
+    loss.append(2.0 - 0.01 * (i - 2) ** 2)
+  iso = fit.fit_isoflop_local(c, n, loss, np.array(c) / (6 * np.array(n)))
+  assert [k["C"] for k in iso["skipped"]] == [1e21]
+  result = dict(num_runs=len(c), params="total", excluded_runs=[], min_layers=1,
+                chinchilla={}, isoflop=iso, kaplan={}, frontier={})
+  text = fit.fit_markdown(result, str(tmp_path))
+  rows = [line for line in text.splitlines() if line.startswith("| 1e+")]
+  assert [line.split("|")[1].strip() for line in rows] == ["1e+18", "1e+19", "1e+20"]
+  assert "Left out of approach 2: 1e+21 (parabola opens downward: no minimum)." in text
+
+
 def _fake_sweep(workdir, law, noise=0.003):
   """A finished IsoFLOP sweep whose losses follow `law`, as launch.local would leave it."""
   config = ml_collections.ConfigDict(dict(

@@ -346,6 +346,9 @@ def fit_markdown(result: dict, workdir: str) -> str:
                    f"{k.get('tokens_per_param', float('nan')):.1f} | "
                    f"{t3 if t3 is None else f'{t3:.1f}'} | {k['sizes_left']} / "
                    f"{k['sizes_right']}{'' if k.get('bracketed') else ' (add sizes)'} |")
+  if iso.get("skipped"):  # budgets with no IsoFLOP minimum: say why they are not in the table
+    lines += ["", "Left out of approach 2: " + "; ".join(
+        f"{k['C']:.3g} ({k['reason']})" for k in iso["skipped"]) + "."]
   other = conv.get("other", {})
   if other:
     a2, a3 = other.get("a_approach2"), other.get("a_approach3")
