@@ -183,13 +183,17 @@ def test_results_md_says_which_budgets_approach_2_left_out(tmp_path):
     c.append(1e21)
     n.append(size)
     loss.append(2.0 - 0.01 * (i - 2) ** 2)
-  iso = fit.fit_isoflop_local(c, n, loss, np.array(c) / (6 * np.array(n)))
+  iso = fit.fit_isoflop_local(c, n, loss, np.array(c) / (6 * np.array(n)), bootstrap=20)
   assert [k["C"] for k in iso["skipped"]] == [1e21]
   result = dict(num_runs=len(c), params="total", excluded_runs=[], min_layers=1,
                 chinchilla={}, isoflop=iso, kaplan={}, frontier={})
   text = fit.fit_markdown(result, str(tmp_path))
   rows = [line for line in text.splitlines() if line.startswith("| 1e+")]
   assert [line.split("|")[1].strip() for line in rows] == ["1e+18", "1e+19", "1e+20"]
+  # N_opt and its interval in 3 significant digits, like the other cells.
+  n_opt = iso["curves"][0]
+  assert rows[0].split("|")[2].strip() == (f"{n_opt['N_opt']:.3g} [{n_opt['ci']['N_opt'][0]:.3g}, "
+                                           f"{n_opt['ci']['N_opt'][1]:.3g}]")
   assert "Left out of approach 2: 1e+21 (parabola opens downward: no minimum)." in text
 
 
