@@ -309,8 +309,8 @@ def fit_markdown(result: dict, workdir: str) -> str:
   else:
     lines.append(f"Approach 3: {chin.get('error', 'no fit')}")
   lines.append("")
-  fmt_ci = lambda v: f" [{v[0]:.3f}, {v[1]:.3f}]" if v and None not in v else ""
-  fmt_ci_g = lambda v: f" [{v[0]:.3g}, {v[1]:.3g}]" if v and None not in v else ""
+  fmt_ci = lambda v, spec=".3f": (f" [{v[0]:{spec}}, {v[1]:{spec}}]" if v and None not in v
+                                   else "")
   if result.get("E_star") is not None:
     fixed = result.get("chinchilla_fixed_E", {})
     lines.append(f"Loss floor E* = {result['E_star']:.4f} nats/token ({result['E_star_source']});"
@@ -343,7 +343,7 @@ def fit_markdown(result: dict, workdir: str) -> str:
     by_c = {t["C"]: t for t in result.get("tokens_per_param", [])}
     for k in curves:
       t3 = by_c.get(k["C"], {}).get("approach3")
-      lines.append(f"| {k['C']:.3g} | {k['N_opt']:.3g}{fmt_ci_g(k.get('ci', {}).get('N_opt'))} | "
+      lines.append(f"| {k['C']:.3g} | {k['N_opt']:.3g}{fmt_ci(k.get('ci', {}).get('N_opt'), '.3g')} | "
                    f"{k.get('tokens_per_param', float('nan')):.1f} | "
                    f"{t3 if t3 is None else f'{t3:.1f}'} | {k['sizes_left']} / "
                    f"{k['sizes_right']}{'' if k.get('bracketed') else ' (add sizes)'} |")
