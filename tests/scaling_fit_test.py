@@ -197,14 +197,14 @@ def test_results_md_says_which_budgets_approach_2_left_out(tmp_path):
   assert "Left out of approach 2: 1e+21 (parabola opens downward: no minimum)." in text
 
 
-def _fake_sweep(workdir, law, noise=0.003):
+def _fake_sweep(workdir, law, noise=0.003, budgets="1e12,4e12,1.6e13"):
   """A finished IsoFLOP sweep whose losses follow `law`, as launch.local would leave it."""
   config = ml_collections.ConfigDict(dict(
       model=dict(kind="decoder", vocab_size=256, ffn="gelu", tie_embeddings=True,
                  d_model=64, num_layers=2, num_heads=2, num_kv_heads=0, head_dim=0, d_ff=256),
       data=dict(seq_len=128), train=dict(steps=10, batch_size=8, eval_every=100),
       sweep=sweep.default_config()))
-  config.sweep.update(kind="scaling", sizes="5e4,1e5,2e5,4e5,8e5", budgets="1e12,4e12,1.6e13")
+  config.sweep.update(kind="scaling", sizes="5e4,1e5,2e5,4e5,8e5", budgets=budgets)
   runs = sweep.expand(config)
   sweep.write_sweep_json(workdir, config, runs, ["test"])
   rng = np.random.default_rng(0)
@@ -305,6 +305,38 @@ def test_ablation_table_measures_the_change_in_a(tmp_path):
   before = dict(lr="lr 0.003", warmup="warmup 50", beta2="beta2 0.95")
   assert ablation.label(before, {**before, "lr": "lr(N) law"}) == "+ lr(N) law"
   assert ablation.label(None, before) == "original: lr 0.003, warmup 50, beta2 0.95"
+
+
+@pytest.mark.slow
+def test_ablation_refits_approach_2_on_the_budgets_every_grid_brackets(tmp_path):
+  # Two grids of one law; the second lost three of its five runs at 2e11, so its approach 2
+  # drops that budget. Compared as fitted, the two a's differ by their budgets alone; the
+  # refit on the shared budgets must equal each grid's own fit restricted to them.
+  from experiments.scaling import ablation
+  first, second = str(tmp_path / "first"), str(tmp_path / "second")
+  budgets = "2e11,5e11,1e12,2e12"
+  _fake_sweep(first, HOFFMANN, noise=1e-4, budgets=budgets)
+  runs = _fake_sweep(second, HOFFMANN, noise=1e-4, budgets=budgets)
+  for run in [r for r in runs if r["budget"] == 2e11][:3]:
+    os.remove(os.path.join(second, run["name"], "summary.json"))
+  table = ablation.ablation_table([first, second], bootstrap=0)
+  original, recounted, other = table["rows"]
+  assert original["a2_budgets"] == [2e11, 5e11, 1e12, 2e12]
+  assert other["a2_budgets"] == [5e11, 1e12, 2e12]
+  assert table["common_a2_budgets"] == [5e11, 1e12, 2e12]
+  assert other["a2_common"] == pytest.approx(other["a2"])  # already on the shared budgets
+  runs = ablation._runs(first, "non_embedding", [5e11, 1e12, 2e12])
+  alone = fit.fit_isoflop_local(runs["budget"], runs["N_non_embedding"], runs["L"], runs["D"],
+                                runs["C_non_embedding"], bootstrap=0)
+  assert original["a2_common"] == pytest.approx(alone["a"])
+  assert original["a2_common"] != pytest.approx(original["a2"], abs=1e-6)
+  assert other["delta_a2_common"] == pytest.approx(other["a2_common"] - original["a2_common"])
+  text = ablation.markdown(table)
+  assert "refitted on the budgets every grid brackets (5e+11, 1e+12, 2e+12)" in text
+  assert "| 2e+11, 5e+11, 1e+12, 2e+12 |" in text
+  # Grids that bracket the same budgets need no refit.
+  same = ablation.ablation_table([first, first], bootstrap=0)
+  assert same["common_a2_budgets"] is None and "a2_common" not in same["rows"][0]
 
 
 def test_eval_noise_of_a_grid(tmp_path):

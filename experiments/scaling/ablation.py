@@ -56,17 +56,37 @@ def label(prev: dict | None, now: dict) -> str:
   return "+ " + (", ".join(changed) if changed else "(same settings)")
 
 
-def _grid_fit(workdir, params, budgets, bootstrap, seed):
+def _runs(workdir, params, budgets):
   runs = fit.load_runs(workdir, params)
-  keep = np.isin(runs["budget"], budgets)
-  runs = fit.select(runs, keep)
+  return fit.select(runs, np.isin(runs["budget"], budgets))
+
+
+def _approach2(workdir, params, budgets, bootstrap, seed):
+  runs = _runs(workdir, params, budgets)
   iso = fit._try(fit.fit_isoflop_local, runs["budget"], runs[f"N_{params}"], runs["L"],
                  runs["D"], runs[f"C_{params}"], bootstrap=bootstrap, seed=seed)
+  return dict(a2=iso.get("a"), a2_ci95=iso.get("ci", {}).get("a"),
+              a2_budgets=iso.get("power_law_budgets", []))
+
+
+def _grid_fit(workdir, params, budgets, bootstrap, seed):
+  runs = _runs(workdir, params, budgets)
   chin = fit._try(fit.fit_chinchilla, runs["N"], runs["D"], runs["L"], grid="coarse",
                   bootstrap=bootstrap // 4, seed=seed)
-  return dict(workdir=workdir, params=params, runs=len(runs["N"]), a2=iso.get("a"),
-              a2_ci95=iso.get("ci", {}).get("a"), a3=chin.get("a"),
+  return dict(workdir=workdir, params=params, runs=len(runs["N"]),
+              **_approach2(workdir, params, budgets, bootstrap, seed), a3=chin.get("a"),
               a3_ci95=chin.get("ci", {}).get("a"), E=chin.get("E"))
+
+
+def _deltas(rows, key):
+  """Each row's change in `key` from the last grid above (the analysis-only refit: from its
+  own grid, never from it)."""
+  base = None
+  for row in rows:
+    row[f"delta_{key}"] = None if base is None or row.get(key) is None or \
+        base.get(key) is None else row[key] - base[key]
+    if not row.get("analysis"):
+      base = row
 
 
 def ablation_table(workdirs, *, bootstrap=200, seed=0) -> dict:
@@ -83,28 +103,40 @@ def ablation_table(workdirs, *, bootstrap=200, seed=0) -> dict:
                        settings=now, analysis=True,
                        **_grid_fit(w, "total", budgets, bootstrap, seed)))
     prev = now
-  # Each change is from the last grid above (the analysis-only row: from its own grid).
-  base = None
-  for row in rows:
-    for k in ("a2", "a3"):
-      row[f"delta_{k}"] = None if base is None or row[k] is None or base[k] is None \
-          else row[k] - base[k]
-    if not row.get("analysis"):
-      base = row
-  return dict(budgets=budgets, rows=rows)
+  for key in ("a2", "a3"):
+    _deltas(rows, key)
+  # Approach 2's power law uses only the budgets whose minimum a grid brackets, and grids
+  # differ there: a change in a between rows fitted on different budgets mixes the setting
+  # with the budgets. So every grid is refitted on the budgets all of them bracket.
+  common = sorted(set.intersection(*(set(r["a2_budgets"]) for r in rows)))
+  refit = len(common) >= 2 and any(r["a2_budgets"] != common for r in rows)
+  for row in rows if refit else []:
+    a2 = _approach2(row["workdir"], row["params"], common, bootstrap, seed)
+    row.update(a2_common=a2["a2"], a2_common_ci95=a2["a2_ci95"])
+  if refit:
+    _deltas(rows, "a2_common")
+  return dict(budgets=budgets, rows=rows, common_a2_budgets=common if refit else None)
 
 
 def markdown(table) -> str:
   cell = lambda v, ci: "n/a" if v is None else f"{v:.3f}" + (
       f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci and None not in ci else "")
   delta = lambda v: "" if v is None else f"{v:+.3f}"
-  lines = [f"Budgets shared by every grid: {', '.join(f'{b:.3g}' for b in table['budgets'])}",
-           "", "| grid | N counted | runs | a (approach 2) | change | a (approach 3) | change |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+  names = lambda cs: ", ".join(f"{c:.3g}" for c in cs) or "none"
+  lines = [f"Budgets shared by every grid: {names(table['budgets'])}",
+           "", "| grid | N counted | runs | a (approach 2) | change | approach 2's budgets | "
+           "a (approach 3) | change |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
   for r in table["rows"]:
     lines.append(f"| {r['step']} | {r['params']} | {r['runs']} | {cell(r['a2'], r['a2_ci95'])}"
-                 f" | {delta(r.get('delta_a2'))} | {cell(r['a3'], r['a3_ci95'])} | "
-                 f"{delta(r.get('delta_a3'))} |")
+                 f" | {delta(r.get('delta_a2'))} | {names(r['a2_budgets'])} | "
+                 f"{cell(r['a3'], r['a3_ci95'])} | {delta(r.get('delta_a3'))} |")
+  if table.get("common_a2_budgets"):
+    lines += ["", "Approach 2 uses the budgets whose minimum a grid brackets, and these differ "
+              "between the grids; refitted on the budgets every grid brackets ("
+              f"{names(table['common_a2_budgets'])}):", "",
+              "| grid | a (approach 2, shared budgets) | change |", "| --- | --- | --- |"]
+    lines += [f"| {r['step']} | {cell(r['a2_common'], r['a2_common_ci95'])} | "
+              f"{delta(r.get('delta_a2_common'))} |" for r in table["rows"]]
   return "\n".join(lines) + "\n"
 
 
