@@ -334,6 +334,11 @@ def test_ablation_refits_approach_2_on_the_budgets_every_grid_brackets(tmp_path)
   text = ablation.markdown(table)
   assert "refitted on the budgets every grid brackets (5e+11, 1e+12, 2e+12)" in text
   assert "| 2e+11, 5e+11, 1e+12, 2e+12 |" in text
+  from experiments.scaling import plots
+  minima = original["a2_minima"]
+  assert [m["in_power_law"] for m in minima] == [True] * 4
+  assert len(other["a2_minima"]) == 3  # its 2e11 curve has two sizes: no minimum
+  assert os.path.getsize(plots.plot_ablation(str(tmp_path / "ablation.png"), table)) > 10_000
   # Grids that bracket the same budgets need no refit.
   same = ablation.ablation_table([first, first], bootstrap=0)
   assert same["common_a2_budgets"] is None and "a2_common" not in same["rows"][0]

@@ -65,8 +65,11 @@ def _approach2(workdir, params, budgets, bootstrap, seed):
   runs = _runs(workdir, params, budgets)
   iso = fit._try(fit.fit_isoflop_local, runs["budget"], runs[f"N_{params}"], runs["L"],
                  runs["D"], runs[f"C_{params}"], bootstrap=bootstrap, seed=seed)
-  return dict(a2=iso.get("a"), a2_ci95=iso.get("ci", {}).get("a"),
-              a2_budgets=iso.get("power_law_budgets", []))
+  used = iso.get("power_law_budgets", [])
+  minima = [dict(C=k.get("C_opt", k["C"]), N_opt=k["N_opt"], ci=k.get("ci", {}).get("N_opt"),
+                 in_power_law=k["C"] in used) for k in iso.get("curves", []) if "N_opt" in k]
+  return dict(a2=iso.get("a"), a2_ci95=iso.get("ci", {}).get("a"), a2_budgets=used,
+              a2_N_coef=iso.get("N_coef"), a2_minima=minima)
 
 
 def _grid_fit(workdir, params, budgets, bootstrap, seed):
@@ -150,6 +153,8 @@ def main(argv):
   os.makedirs(f.out, exist_ok=True)
   with open(os.path.join(f.out, "ablation.json"), "w") as fh:
     json.dump(fit._json_safe(table), fh, indent=2)
+  from experiments.scaling import plots  # matplotlib only where a figure is written
+  plots.plot_ablation(os.path.join(f.out, "ablation.png"), table)
   text = markdown(table)
   with open(os.path.join(f.out, "ablation.md"), "w") as fh:
     fh.write(text)

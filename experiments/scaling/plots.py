@@ -5,9 +5,11 @@ optimal.png   N_opt(C) and D_opt(C): approach-2 minima, their power laws, approa
 frontier.png  Kaplan: best loss vs N with L(N), and every run's loss curve vs FLOPs with the
               lower envelope and L(C)
 contours.png  the fitted L(N, D) as contours, the runs on top, the compute-optimal path
+ablation.png  (experiments.scaling.ablation) every grid's IsoFLOP minima and N_opt ~ C^a
 """
 
 import os
+import textwrap
 
 import matplotlib
 
@@ -239,6 +241,40 @@ def _label_points(nn, dd, loss, levels):
         points.append((nn[i, j], dd[i, j]))
         break
   return points
+
+
+def plot_ablation(path, table):
+  """N_opt against C for every grid of an ablation table: its IsoFLOP minima (filled where
+  approach 2's power law uses them, hollow where the minimum is not bracketed) with 95%
+  intervals, and the power law; the legend gives approach 2's and 3's a."""
+  fig, ax = plt.subplots(figsize=(7.5, 4.8))
+  for i, row in enumerate(table["rows"]):
+    minima, color = row.get("a2_minima") or [], f"C{i}"
+    for used in (True, False):
+      pts = [m for m in minima if m["in_power_law"] == used]
+      if not pts:
+        continue
+      xs, ys = np.array([m["C"] for m in pts]), np.array([m["N_opt"] for m in pts])
+      err = np.nan_to_num(np.array([m["ci"] or [y, y] for m, y in zip(pts, ys)], float), nan=0)
+      ax.errorbar(xs, ys, yerr=[np.maximum(ys - err[:, 0], 0), np.maximum(err[:, 1] - ys, 0)],
+                  fmt="o", color=color, mfc=color if used else "none", capsize=3, alpha=0.85)
+    a2, a3 = row.get("a2"), row.get("a3")
+    label = textwrap.fill(
+        f"{row['step'].strip()} (N {row['params'].replace('_', '-')}): a = "
+        f"{'n/a' if a2 is None else f'{a2:.3f}'} (approach 2), "
+        f"{'n/a' if a3 is None else f'{a3:.3f}'} (approach 3)", 110)
+    if a2 is not None and row.get("a2_N_coef"):
+      cs = np.array([m["C"] for m in minima])
+      c_line = np.geomspace(cs.min() / 1.5, cs.max() * 1.5)
+      ax.plot(c_line, row["a2_N_coef"] * c_line ** a2, "-", color=color, label=label)
+    else:
+      ax.plot([], [], "o", color=color, label=label)
+  ax.set(xscale="log", yscale="log", xlabel="training compute C (FLOPs, each grid's convention)",
+         ylabel="compute-optimal parameters N_opt", title="IsoFLOP minima per grid, 95% intervals "
+         "(hollow: not bracketed, left out of the fit)")
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
+  return _save(fig, path)
 
 
 def plot_all(workdir: str, runs: dict, result: dict, excluded: dict | None = None) -> list[str]:
