@@ -334,6 +334,13 @@ def test_ablation_refits_approach_2_on_the_budgets_every_grid_brackets(tmp_path)
   text = ablation.markdown(table)
   assert "refitted on the budgets every grid brackets (5e+11, 1e+12, 2e+12)" in text
   assert "| 2e+11, 5e+11, 1e+12, 2e+12 |" in text
+  for row in (original, other):  # the seed mean at the best size, each budget
+    runs = fit.load_runs(row["workdir"], "non_embedding")
+    for c in table["budgets"]:
+      at = runs["budget"] == c
+      assert row["best_loss"][c] == pytest.approx(min(runs["L"][at & (runs["N"] == n)].mean()
+                                                      for n in runs["N"][at]))
+  assert "Lowest loss per budget" in text and text.count(f"{original['best_loss'][2e11]:.4f}")
   from experiments.scaling import plots
   minima = original["a2_minima"]
   assert [m["in_power_law"] for m in minima] == [True] * 4

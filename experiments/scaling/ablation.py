@@ -76,7 +76,10 @@ def _grid_fit(workdir, params, budgets, bootstrap, seed):
   runs = _runs(workdir, params, budgets)
   chin = fit._try(fit.fit_chinchilla, runs["N"], runs["D"], runs["L"], grid="coarse",
                   bootstrap=bootstrap // 4, seed=seed)
-  return dict(workdir=workdir, params=params, runs=len(runs["N"]),
+  best = {float(c): min(float(runs["L"][(runs["budget"] == c) & (runs["N"] == n)].mean())
+                        for n in np.unique(runs["N"][runs["budget"] == c]))
+          for c in np.unique(runs["budget"])}
+  return dict(workdir=workdir, params=params, runs=len(runs["N"]), best_loss=best,
               **_approach2(workdir, params, budgets, bootstrap, seed), a3=chin.get("a"),
               a3_ci95=chin.get("ci", {}).get("a"), E=chin.get("E"))
 
@@ -140,6 +143,16 @@ def markdown(table) -> str:
               "| grid | a (approach 2, shared budgets) | change |", "| --- | --- | --- |"]
     lines += [f"| {r['step']} | {cell(r['a2_common'], r['a2_common_ci95'])} | "
               f"{delta(r.get('delta_a2_common'))} |" for r in table["rows"]]
+  grids = [r for r in table["rows"] if not r.get("analysis")]
+  lines += ["", "Lowest loss per budget (the seed mean at the best size; nats/token). Each grid counts its "
+            "budgets in its own FLOPs convention: at one nominal budget, a grid budgeted in "
+            "non-embedding FLOPs trains each model on more tokens than one budgeted in total "
+            "FLOPs (by the ratio of the two counts).", "",
+            "| grid | " + " | ".join(f"{c:.3g}" for c in table["budgets"]) + " |",
+            "| --- |" + " ---: |" * len(table["budgets"])]
+  lines += [f"| {r['step']} | " + " | ".join(
+      f"{r['best_loss'][c]:.4f}" if c in r["best_loss"] else "n/a" for c in table["budgets"])
+            + " |" for r in grids]
   return "\n".join(lines) + "\n"
 
 
