@@ -144,10 +144,10 @@ def markdown(table) -> str:
     lines += [f"| {r['step']} | {cell(r['a2_common'], r['a2_common_ci95'])} | "
               f"{delta(r.get('delta_a2_common'))} |" for r in table["rows"]]
   grids = [r for r in table["rows"] if not r.get("analysis")]
-  lines += ["", "Lowest loss per budget (the seed mean at the best size; nats/token). Each grid counts its "
-            "budgets in its own FLOPs convention: at one nominal budget, a grid budgeted in "
-            "non-embedding FLOPs trains each model on more tokens than one budgeted in total "
-            "FLOPs (by the ratio of the two counts).", "",
+  lines += ["", "Lowest loss per budget (the seed mean at the best size; nats/token). Each grid "
+            "counts its budgets in its own FLOPs convention: at one nominal budget, a grid "
+            "budgeted in non-embedding FLOPs trains each model on more tokens than one budgeted "
+            "in total FLOPs (by the ratio of the two counts).", "",
             "| grid | " + " | ".join(f"{c:.3g}" for c in table["budgets"]) + " |",
             "| --- |" + " ---: |" * len(table["budgets"])]
   lines += [f"| {r['step']} | " + " | ".join(
