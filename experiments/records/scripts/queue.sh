@@ -2,17 +2,20 @@
 # queue.sh: start (or resume) the whole experiment queue on a 2-core machine, from /work/runs
 # (after `experiments.records restore`). Every script skips what its records show finished and
 # resumes what its checkpoints (or the stash) hold, so running this again after a cut is safe.
-#   core 0: learned's and none's fourth retrieval attempt (cap3000.sh): none's seed 2, and none's
-#           seeds 0 and 1 again (their checkpoints were lost with a VM before their position
-#           curves were evaluated; their runs were moved to /work/old_none_records and their
-#           records removed on 2026-12-05, so the chain retrains them from the first warm-up)
+#   core 0: learned's and none's fourth retrieval attempt (cap3000.sh): none's seeds 0 and 1 and
+#           learned's seed 0 again (their checkpoints were lost with a VM before their position
+#           curves were evaluated; their runs were moved to /work/old_{none,learned}_records and
+#           their records removed on 2026-12-05, so each chain retrains from its first warm-up)
 #   core 1: the python_stdlib ALiBi LM-pretrained retrieval models, seeds 1-2 (stdlib_seeds.sh),
 #           then RoPE's curriculum (seeds 0-2)
 #   then issue 19's final gather (main's code), once both cores are done
 # (The scaling grids, t5_cap.sh and scaled_embeddings.sh are finished and left the queue.)
 set -u
 cd /work/runs
+# twice: a run whose records lack their checkpoints stops the first at its evaluation (after it
+# has trained every chain it could), and the second then trains what the first could not
 nohup taskset -c 0 nice -n 19 ./cap3000.sh 999999 0 >> cap3000.log 2>&1 &
+nohup taskset -c 0 nice -n 19 ./cap3000.sh $! 0 >> cap3000.log 2>&1 &
 cap=$!
 nohup nice -n 19 ./stdlib_seeds.sh 999999 1 >> stdlib_seeds.log 2>&1 &
 stdlib=$!
