@@ -61,8 +61,7 @@ def _runs(workdir, params, budgets):
   return fit.select(runs, np.isin(runs["budget"], budgets))
 
 
-def _approach2(workdir, params, budgets, bootstrap, seed):
-  runs = _runs(workdir, params, budgets)
+def _approach2(runs, params, bootstrap, seed):
   iso = fit._try(fit.fit_isoflop_local, runs["budget"], runs[f"N_{params}"], runs["L"],
                  runs["D"], runs[f"C_{params}"], bootstrap=bootstrap, seed=seed)
   used = iso.get("power_law_budgets", [])
@@ -80,7 +79,7 @@ def _grid_fit(workdir, params, budgets, bootstrap, seed):
                         for n in np.unique(runs["N"][runs["budget"] == c]))
           for c in np.unique(runs["budget"])}
   return dict(workdir=workdir, params=params, runs=len(runs["N"]), best_loss=best,
-              **_approach2(workdir, params, budgets, bootstrap, seed), a3=chin.get("a"),
+              **_approach2(runs, params, bootstrap, seed), a3=chin.get("a"),
               a3_ci95=chin.get("ci", {}).get("a"), E=chin.get("E"))
 
 
@@ -117,7 +116,7 @@ def ablation_table(workdirs, *, bootstrap=200, seed=0) -> dict:
   common = sorted(set.intersection(*(set(r["a2_budgets"]) for r in rows)))
   refit = len(common) >= 2 and any(r["a2_budgets"] != common for r in rows)
   for row in rows if refit else []:
-    a2 = _approach2(row["workdir"], row["params"], common, bootstrap, seed)
+    a2 = _approach2(_runs(row["workdir"], row["params"], common), row["params"], bootstrap, seed)
     row.update(a2_common=a2["a2"], a2_common_ci95=a2["a2_ci95"])
   if refit:
     _deltas(rows, "a2_common")

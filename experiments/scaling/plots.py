@@ -119,6 +119,13 @@ def plot_isoflop(path, runs, iso, excluded=None):
 CHINCHILLA = dict(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
 
 
+def _errorbar(ax, xs, ys, cis, **kwargs):
+  """Points with their 95% intervals; a point without one (None or NaN ends) gets no bar."""
+  err = np.nan_to_num(np.array([ci or [y, y] for ci, y in zip(cis, ys)], dtype=float), nan=0.0)
+  ax.errorbar(xs, ys, yerr=[np.maximum(ys - err[:, 0], 0), np.maximum(err[:, 1] - ys, 0)],
+              fmt="o", capsize=3, **kwargs)
+
+
 def plot_optimal(path, iso, chin, chin_fixed=None, E_star=None):
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
   curves = iso.get("curves", [])
@@ -134,11 +141,8 @@ def plot_optimal(path, iso, chin, chin_fixed=None, E_star=None):
     if inside:
       xs = np.array([c.get("C_opt", c["C"]) for c in inside])
       ys = np.array([c[key] for c in inside])
-      err = np.array([c.get("ci", {}).get(key) or [y, y] for c, y in zip(inside, ys)],
-                     dtype=float)
-      err = np.nan_to_num(err, nan=0.0)
-      ax.errorbar(xs, ys, yerr=[np.maximum(ys - err[:, 0], 0), np.maximum(err[:, 1] - ys, 0)],
-                  fmt="o", color="C0", capsize=3, label="IsoFLOP minima (approach 2), 95%")
+      _errorbar(ax, xs, ys, [c.get("ci", {}).get(key) for c in inside], color="C0",
+                label="IsoFLOP minima (approach 2), 95%")
     if exp in iso:
       ax.plot(c_line, iso[coef] * c_line ** iso[exp], "-", color="C0",
               label=f"fit: {key} ∝ C^{iso[exp]:.3f}")
@@ -254,10 +258,8 @@ def plot_ablation(path, table):
       pts = [m for m in minima if m["in_power_law"] == used]
       if not pts:
         continue
-      xs, ys = np.array([m["C"] for m in pts]), np.array([m["N_opt"] for m in pts])
-      err = np.nan_to_num(np.array([m["ci"] or [y, y] for m, y in zip(pts, ys)], float), nan=0)
-      ax.errorbar(xs, ys, yerr=[np.maximum(ys - err[:, 0], 0), np.maximum(err[:, 1] - ys, 0)],
-                  fmt="o", color=color, mfc=color if used else "none", capsize=3, alpha=0.85)
+      _errorbar(ax, np.array([m["C"] for m in pts]), np.array([m["N_opt"] for m in pts]),
+                [m["ci"] for m in pts], color=color, mfc=color if used else "none", alpha=0.85)
     a2, a3 = row.get("a2"), row.get("a3")
     label = textwrap.fill(
         f"{row['step'].strip()} (N {row['params'].replace('_', '-')}): a = "
