@@ -35,9 +35,10 @@ from transformer.training.host import configure_host  # noqa: F401  pylint: disa
 def evaluate(eval_step, params, config, tokenizer, mesh) -> dict:
   """Loss, perplexity and token accuracy over the first `train.eval_batches` eval batches.
 
-  A fresh iterator each time, so every evaluation scores the same tokens."""
+  A fresh iterator each time, seeded by `train.eval_seed` (not `train.seed`), so every
+  evaluation of every seed's run scores the same tokens."""
   batches = ShardedBatches(config, tokenizer, split=config.train.eval_split,
-                           objective=config.objective.name, seed=config.train.seed,
+                           objective=config.objective.name, seed=config.train.eval_seed,
                            num_shards=config.train.data_shards)
   totals, token_bytes = None, data.token_bytes(tokenizer)
   for _ in range(config.train.eval_batches):
