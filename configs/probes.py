@@ -102,8 +102,9 @@ def get_config(arg: str | None = None):
       # two attractors of the other number, then its verb.
       map_sentence="The keys to the cabinet beside the door are missing.",
       census_items=200 if not tiny else 2,
-      # The seed whose model every scheme's head census (and map_scheme's attention maps)
-      # reads.
-      census_seed=0,
+      # The seeds whose models every scheme's head census reads (each measure's strongest
+      # head per seed, and its score's mean and sd over them); map_scheme's attention maps
+      # are drawn from the first.
+      census_seeds="0",
   ))
   return config

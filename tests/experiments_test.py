@@ -107,7 +107,8 @@ def test_probes_outputs(extrapolation, tmp_path):
         for cell in row.get("accuracy_by_position", {}).values():
           assert 0 <= cell["accuracy"] <= 1 and cell["n"] == 4
   assert set(results["census"]) == set(SCHEMES)
-  census = results["census"]["rope"]["census"]
+  assert all(set(by_seed) == {"0"} for by_seed in results["census"].values())
+  census = results["census"]["rope"]["0"]["census"]
   assert all(0 <= w <= 1 for layer in census["previous_token"] for w in layer)
   assert {"head_noun", "nearest_attractor", "subject_minus_attractor"} <= set(census)
   maps = results["attention_maps"]

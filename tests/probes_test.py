@@ -291,6 +291,27 @@ def test_agreement_tables_pool_fresh_and_cached_seeds_alike():
   assert "too long" not in text and "| rope | 0.800 ± 0.141" in text
 
 
+def test_census_table_gives_each_seeds_strongest_head_and_the_spread_over_seeds():
+  """Each seed's strongest head by its own argmax (the head may differ by seed), the mean and
+  sample sd of those scores, and every seed's notable heads counted."""
+  from experiments.probes import plots  # noqa: PLC0415
+  def seed(scores, notable):
+    return {"census": {"nearest_attractor": scores}, "census_items": {},
+            "notable_heads": [{"layer": li, "head": h, "kind": "previous-token head",
+                               "score": 0.9} for li, h in notable]}
+  census = {"rope": {"0": seed([[0.1, 0.2], [0.6, 0.3]], [(0, 1)]),
+                     "1": seed([[0.1, 0.4], [0.2, 0.3]], [(0, 0), (1, 1)]),
+                     "2": seed([[0.5, 0.0], [0.0, 0.0]], [])}}
+  text = "\n".join(plots._census_lines(census))
+  values = np.array([0.6, 0.4, 0.5])
+  assert (f"| rope | nearest_attractor (strongest) | 0: 1.0 0.600; 1: 0.1 0.400; 2: 0.0 0.500 | "
+          f"{values.mean():.3f} ± {values.std(ddof=1):.3f} |") in text
+  assert "seeds 0, 1, 2 of each scheme" in text
+  assert "| heads per seed: 1, 2, 0 |" in text
+  one = "\n".join(plots._census_lines({"rope": {"0": census["rope"]["0"]}}))
+  assert "| 0.600 (one seed) |" in one
+
+
 def test_retrieval_plot_keeps_each_models_colour_in_every_panel(tmp_path, monkeypatch):
   """A model with no row at some length (learned beyond its position table) must not shift
   the others' colours there, and the legend names every model (it once came from the last

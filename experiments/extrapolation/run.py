@@ -86,14 +86,14 @@ def _overrides(config, scheme: str) -> str:
   return (table.get(scheme, "") if table is not None else "") or ""
 
 
-def seeds_of(config) -> list[int]:
-  text = str(config.experiment.get("seeds", "0"))
+def seeds_of(config, key: str = "seeds") -> list[int]:
+  text = str(config.experiment.get(key, "0"))
   try:
     out = [int(x) for x in text.split(",") if x.strip()]
   except ValueError:
     out = []
   if not out or len(set(out)) != len(out):
-    raise ValueError(f"experiment.seeds={text!r}: use distinct integers separated by commas, "
+    raise ValueError(f"experiment.{key}={text!r}: use distinct integers separated by commas, "
                      f"e.g. '0,1,2'")
   return out
 

@@ -253,20 +253,45 @@ def summary(results: dict) -> str:
     lines += [f"## Attention maps ({maps['scheme']} model, seed {maps.get('seed', 0)})", "",
               f"Sentence: \"{maps['sentence']}\"; PNGs: " + ", ".join(maps["pngs"])
               + f"; largest |row sum - 1|: {maps.get('max_row_sum_error', 0):.1e}", ""]
-  lines += ["## Head census (one seed of each scheme; query: the verb's first token, "
-            "teacher-forced; weights on the nouns' words)", "",
-            "| scheme | measure | layer | head | score |", "| --- | --- | --- | --- | --- |"]
-  for scheme, c in results.get("census", {}).items():
-    if not c["census"]:
-      lines.append(f"| {scheme} | no item fits the model ({c['census_items']}) | | | |")
-    for name, census in c["census"].items():
-      scores = np.asarray(census, np.float64)
-      li, h = np.unravel_index(np.argmax(scores), scores.shape)
-      lines.append(f"| {scheme} | {name} (strongest) | {li} | {h} | {scores[li, h]:.3f} |")
-    for h in c["notable_heads"]:
-      lines.append(f"| {scheme} | notable: {h['kind']} | {h['layer']} | {h['head']} | "
-                   f"{h['score']:.3f} |")
+  lines += _census_lines(results.get("census", {}))
   return "\n".join(lines) + "\n"
+
+
+def _census_lines(census: dict) -> list[str]:
+  """Per scheme and measure, each seed's strongest head and the strongest score's mean ± sd
+  over seeds (the head itself may differ by seed); the notable heads of every seed."""
+  seeds = sorted({int(k) for by_seed in census.values() for k in by_seed})
+  lines = [f"## Head census (seeds {', '.join(map(str, seeds))} of each scheme; query: the "
+           f"verb's first token, teacher-forced; weights on the nouns' words)", "",
+           "Cells: each seed's strongest head (seed: layer.head score), then the strongest "
+           "score's mean ± sd over seeds (for notable heads: how many each seed has).", "",
+           "| scheme | measure | per seed | over seeds |", "| --- | --- | --- | --- |"]
+  for scheme, by_seed in census.items():
+    rows, notable = {}, {}
+    for seed, c in sorted(by_seed.items(), key=lambda kv: int(kv[0])):
+      if not c["census"]:
+        lines.append(f"| {scheme} | seed {seed}: no item fits the model "
+                     f"({c['census_items']}) | | |")
+      for name, scores in c["census"].items():
+        scores = np.asarray(scores, np.float64)
+        li, h = np.unravel_index(np.argmax(scores), scores.shape)
+        rows.setdefault(name, []).append((seed, li, h, scores[li, h]))
+      kinds = [n["kind"] for n in c["notable_heads"]]
+      for kind in dict.fromkeys(kinds):
+        notable.setdefault(kind, {})[seed] = [n for n in c["notable_heads"] if n["kind"] == kind]
+    for name, entries in rows.items():
+      values = np.array([v for *_, v in entries])
+      spread = (f"{values.mean():.3f} ± {values.std(ddof=1):.3f}" if len(values) > 1
+                else f"{values[0]:.3f} (one seed)")
+      lines.append(f"| {scheme} | {name} (strongest) | "
+                   + "; ".join(f"{s}: {li}.{h} {v:.3f}" for s, li, h, v in entries)
+                   + f" | {spread} |")
+    for kind, by_kind_seed in notable.items():
+      lines.append(f"| {scheme} | notable: {kind} | " + "; ".join(
+          f"{s}: " + ", ".join(f"{n['layer']}.{n['head']} {n['score']:.3f}" for n in heads)
+          for s, heads in by_kind_seed.items()) + " | heads per seed: " + ", ".join(
+          str(len(by_kind_seed.get(s, []))) for s in sorted(by_seed, key=int)) + " |")
+  return lines
 
 
 def write_all(results: dict, workdir: str) -> None:

@@ -251,6 +251,9 @@ def run(config, workdir: str) -> None:
                      f"(experiment.schemes={exp.schemes!r}); add them there or leave them out")
   variants = {s: pretrained_variant(lm_config, kv_config, s) for s in pt_schemes}
   kv_seeds = seeds_of(kv_config)
+  # The census reads those of these seeds this invocation trains (run_all.sh probes one seed
+  # at a time).
+  census_seeds = seeds_of(config, "census_seeds")
   missing = [k for k in kv_seeds if pt_schemes and k not in seeds_of(lm_config)]
   if missing:
     raise ValueError(f"experiment.kv_seeds: seeds {missing} have no language model to start "
@@ -294,8 +297,8 @@ def run(config, workdir: str) -> None:
       results["agreement"].setdefault(scheme, {})[seed] = probe_cached(
           run_dir, summary, "agreement", agreement_settings,
           lambda cfg, params, tokenizer: agreement(Scorer(cfg, params), tokenizer, exp))
-      if seed == exp.census_seed:  # the census of one seed per scheme
-        results["census"][scheme] = probe_cached(
+      if seed in census_seeds:
+        results["census"].setdefault(scheme, {})[seed] = probe_cached(
             run_dir, summary, "census", census_settings,
             lambda cfg, params, tokenizer: heads.census_summary(cfg, params, tokenizer, exp))
   results["agreement_pooled"] = {s: pool_seeds(r) for s, r in results["agreement"].items()}
@@ -330,17 +333,17 @@ def run(config, workdir: str) -> None:
                   if all(r["met"] for r in by_seed.values()))
       for key in ("", "_lm_pretrained")}
 
-  # The maps of map_scheme's census seed, when this invocation has that run (a run_all.sh
-  # step that probes one scheme and seed at a time skips them).
-  scheme = exp.map_scheme
-  if exp.census_seed in lm_runs.get(scheme, {}):
-    maps = probe_cached(run_dir_of(lm_dir, scheme, exp.census_seed),
-                        lm_runs[scheme][exp.census_seed], "attention_maps",
+  # The maps of map_scheme's first census seed, when this invocation has that run (a
+  # run_all.sh step that probes one scheme and seed at a time skips them).
+  scheme, map_seed = exp.map_scheme, census_seeds[0]
+  if map_seed in lm_runs.get(scheme, {}):
+    maps = probe_cached(run_dir_of(lm_dir, scheme, map_seed),
+                        lm_runs[scheme][map_seed], "attention_maps",
                         {"sentence": exp.map_sentence},
                         lambda cfg, params, tokenizer: heads.maps(cfg, params, tokenizer,
                                                                   exp.map_sentence))
     results["attention_maps"] = heads.plot_maps(maps, workdir) | {"scheme": scheme,
-                                                                  "seed": exp.census_seed}
+                                                                  "seed": map_seed}
   experiment_results.write(results, workdir, start, plots.write_all, EXPERIMENT)
 
 
