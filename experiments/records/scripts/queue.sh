@@ -5,11 +5,11 @@
 #   core 0: learned's and none's fourth retrieval attempt (cap3000.sh): none's seeds 0 and 1 and
 #           learned's seed 0 again (their checkpoints were lost with a VM before their position
 #           curves were evaluated; their runs were moved to /work/old_{none,learned}_records and
-#           their records removed on 2026-12-05, so each chain retrains from its first warm-up)
-#   core 1: the python_stdlib ALiBi LM-pretrained retrieval models, seeds 1-2 (stdlib_seeds.sh),
-#           then RoPE's curriculum (seeds 0-2)
-#   core 0, then: the head census over 3 seeds on retrained grammar language models
-#           (census_seeds.sh, ~1.5-2 h)
+#           their records removed on 2026-12-05, so each chain retrains from its first warm-up;
+#           learned's finished at 11:10 UTC, its final checkpoint stashed), then the head census
+#           over 3 seeds on retrained grammar language models (census_seeds.sh, ~1.5-2 h)
+#   core 1: RoPE's curriculum (seeds 0-2); the python_stdlib seeds (stdlib_seeds.sh) finished
+#           on 2026-12-05 and left the queue
 #   then issue 19's final gather (main's code), once cap3000 and RoPE's curriculum are done
 # (The scaling grids, t5_cap.sh and scaled_embeddings.sh are finished and left the queue.)
 set -u
@@ -20,10 +20,8 @@ nohup taskset -c 0 nice -n 19 ./cap3000.sh 999999 0 >> cap3000.log 2>&1 &
 nohup taskset -c 0 nice -n 19 ./cap3000.sh $! 0 >> cap3000.log 2>&1 &
 cap=$!
 nohup taskset -c 0 nice -n 19 ./census_seeds.sh $cap 0 >> census_seeds.log 2>&1 &
-nohup nice -n 19 ./stdlib_seeds.sh 999999 1 >> stdlib_seeds.log 2>&1 &
-stdlib=$!
-nohup nice -n 19 ./rope_curriculum.sh "$stdlib" 1 >> rope_curriculum.log 2>&1 &
+nohup nice -n 19 ./rope_curriculum.sh 999999 1 >> rope_curriculum.log 2>&1 &
 rope=$!
 (while kill -0 "$cap" 2>/dev/null || kill -0 "$rope" 2>/dev/null; do sleep 60; done) &
 nohup nice -n 19 ./gather19_final.sh $! >> gather19_final.log 2>&1 &
-echo "queue started: cap3000 $cap, census_seeds after it, stdlib_seeds $stdlib, rope_curriculum $rope (see /work/runs/*.log)"
+echo "queue started: cap3000 $cap, census_seeds after it, rope_curriculum $rope (see /work/runs/*.log)"
