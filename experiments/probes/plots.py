@@ -276,9 +276,8 @@ def _census_lines(census: dict) -> list[str]:
         scores = np.asarray(scores, np.float64)
         li, h = np.unravel_index(np.argmax(scores), scores.shape)
         rows.setdefault(name, []).append((seed, li, h, scores[li, h]))
-      kinds = [n["kind"] for n in c["notable_heads"]]
-      for kind in dict.fromkeys(kinds):
-        notable.setdefault(kind, {})[seed] = [n for n in c["notable_heads"] if n["kind"] == kind]
+      for n in c["notable_heads"]:
+        notable.setdefault(n["kind"], {}).setdefault(seed, []).append(n)
     for name, entries in rows.items():
       values = np.array([v for *_, v in entries])
       spread = (f"{values.mean():.3f} ± {values.std(ddof=1):.3f}" if len(values) > 1

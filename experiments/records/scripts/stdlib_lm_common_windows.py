@@ -16,11 +16,11 @@ out = {}
 for workdir in sys.argv[1:]:
   config, _, params, tokenizer = checkpoint.load_for_inference(workdir)
   mesh = sharding.make_mesh(config.mesh.shape, config.train.batch_size)
+  built = loop.build(config, mesh)  # the eval step does not depend on the seed
   out[workdir] = {}
   for seed in (0, 1, 2):
     c = config.copy_and_resolve_references()
     c.train.seed = seed
-    built = loop.build(c, mesh)
     with sharding.activate(mesh):
       out[workdir][f"windows_of_seed{seed}"] = loop.evaluate(built.eval_step, params, c,
                                                               tokenizer, mesh)
