@@ -200,17 +200,24 @@ def _greedy(cfg, variables, prompt_BP, n):
   return buf[:, start:]
 
 
+def _hf_greedy(torch, hf_model, cfg, prompt):
+  """The GENERATED tokens transformers' greedy `generate` adds after `prompt` (after the
+  decoder's start token for an encoder-decoder, whose `prompt` is the encoder input)."""
+  with torch.no_grad():
+    out = hf_model.generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape),
+                            do_sample=False, max_new_tokens=GENERATED,
+                            min_new_tokens=GENERATED, eos_token_id=None,
+                            pad_token_id=0).numpy()
+  return out[:, 1:] if cfg.kind == "encoder_decoder" else out[:, prompt.shape[1]:]
+
+
 @pytest.mark.parametrize("name", ["gpt2", "llama3", "t5_v10", "t5_v11"])
 def test_greedy_generation_matches_transformers(reference, name):
   torch, _ = _hf()
   hf_model, path = reference(name)
   cfg, variables = hf.from_hf(path)
   prompt = _tokens(cfg, 6)
-  with torch.no_grad():
-    ref = hf_model.generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape),
-                            do_sample=False, max_new_tokens=GENERATED,
-                            min_new_tokens=GENERATED, eos_token_id=None, pad_token_id=0)
-  ref = ref.numpy()[:, 1:] if cfg.kind == "encoder_decoder" else ref.numpy()[:, prompt.shape[1]:]
+  ref = _hf_greedy(torch, hf_model, cfg, prompt)
   assert ref.shape == (2, GENERATED)
   np.testing.assert_array_equal(_greedy(cfg, variables, prompt, GENERATED), ref)
 
@@ -222,20 +229,15 @@ def test_kv_cache_generation_matches_transformers(reference, name):
   hf_model, path = reference(name)
   cfg, variables = hf.from_hf(path)
   prompt = _tokens(cfg, 6)
-  with torch.no_grad():
-    ref = hf_model.generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape),
-                            do_sample=False, max_new_tokens=GENERATED,
-                            min_new_tokens=GENERATED, eos_token_id=None, pad_token_id=0)
+  ref = _hf_greedy(torch, hf_model, cfg, prompt)
   model = models.make_model(cfg)
   if cfg.kind == "encoder_decoder":  # the decoder starts from pad = 0, as T5 does
     ours = decode.generate(model, variables["params"], [[0]] * len(prompt),
                            max_new_tokens=GENERATED, stop_tokens=(),
                            encoder_inputs=prompt.tolist())
-    ref = ref.numpy()[:, 1:]
   else:
     ours = decode.generate(model, variables["params"], prompt.tolist(),
                            max_new_tokens=GENERATED, stop_tokens=())
-    ref = ref.numpy()[:, prompt.shape[1]:]
   np.testing.assert_array_equal(ours, ref)
 
 
