@@ -68,6 +68,13 @@ def _rng(*parts) -> random.Random:
   return random.Random("/".join(map(str, parts)))
 
 
+def _sized_splits(builder):
+  """train with the config's num_train examples, validation and test with num_eval each."""
+  c = builder.builder_config
+  return {s: builder._generate_examples(s, n) for s, n in
+          (("train", c.num_train), ("validation", c.num_eval), ("test", c.num_eval))}
+
+
 @dataclasses.dataclass(eq=False)
 class SyntheticConfig(tfds.core.BuilderConfig):
   num_train: int = 0
@@ -124,9 +131,7 @@ class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
     return tfds.core.DatasetInfo(builder=self, features=_TEXT, description=description)
 
   def _split_generators(self, dl_manager):
-    c = self.builder_config
-    return {s: self._generate_examples(s, n) for s, n in
-            (("train", c.num_train), ("validation", c.num_eval), ("test", c.num_eval))}
+    return _sized_splits(self)
 
   def _generate_examples(self, split, num):
     for i in range(num):
@@ -199,9 +204,7 @@ class KvRetrieval(tfds.core.GeneratorBasedBuilder):
                                  description="Key-value retrieval (see kv_retrieval.py).")
 
   def _split_generators(self, dl_manager):
-    c = self.builder_config
-    return {s: self._generate_examples(s, n) for s, n in
-            (("train", c.num_train), ("validation", c.num_eval), ("test", c.num_eval))}
+    return _sized_splits(self)
 
   def _generate_examples(self, split, num):
     for i in range(num):
