@@ -406,3 +406,18 @@ def test_retrieval_pools_seeds_by_position_and_u_test(tmp_path, monkeypatch):
   plots.retrieval(results, str(tmp_path / "retrieval.png"))
   legend = [t.get_text() for t in figures[0].axes[-1].get_legend().get_texts()]
   assert legend == ["alibi (2 seeds)"]
+
+
+def test_per_seed_rows_say_when_a_passing_run_is_not_compared():
+  """A run that met the criterion on its seed is not compared when another seed of its scheme
+  did not: its per-seed rows say so instead of "yes" (here on the published gather, with
+  alibi taken out of the compared list)."""
+  from experiments.probes import plots  # noqa: PLC0415
+  published = ROOT / "experiments/probes/results/grammar_corpus/results.json"
+  results = json.loads(published.read_text())
+  results["retrieval_compared"][""] = [s for s in results["retrieval_compared"][""]
+                                       if s != "alibi"]
+  md = plots.summary(results)
+  assert "| alibi | 0 | no (met on this seed, not on every seed) | 8 |" in md
+  assert "| rope | 0 | yes | 8 |" in md
+  assert "| sinusoidal | 0 | no (training failure) | 8 |" in md

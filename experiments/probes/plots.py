@@ -229,7 +229,11 @@ def summary(results: dict) -> str:
     for scheme, by_seed in results.get(key, {}).items():
       for seed, r_seed in by_seed.items():
         met = crit.get(scheme, {}).get(seed, {}).get("met")
-        name, compared = scheme + suffix, "yes" if met else "no (training failure)"
+        # A run that met the criterion is compared only if every seed of its scheme did.
+        listed = results.get("retrieval_compared", {}).get(key[len("retrieval"):])
+        compared = ("no (training failure)" if not met else "yes" if listed is None
+                    or scheme in listed else "no (met on this seed, not on every seed)")
+        name = scheme + suffix
         for n, row in r_seed.items():
           head = f"| {name} | {seed} | {compared} | {n} |"
           if "accuracy_by_position" not in row:
