@@ -226,11 +226,11 @@ def summary(results: dict) -> str:
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
   for key, suffix, _ in RETRIEVAL_VARIANTS:
     crit = results.get(key.replace("retrieval", "retrieval_criterion"), {})
+    # A run that met the criterion is compared only if every seed of its scheme did.
+    listed = results.get("retrieval_compared", {}).get(key[len("retrieval"):])
     for scheme, by_seed in results.get(key, {}).items():
       for seed, r_seed in by_seed.items():
         met = crit.get(scheme, {}).get(seed, {}).get("met")
-        # A run that met the criterion is compared only if every seed of its scheme did.
-        listed = results.get("retrieval_compared", {}).get(key[len("retrieval"):])
         compared = ("no (training failure)" if not met else "yes" if listed is None
                     or scheme in listed else "no (met on this seed, not on every seed)")
         name = scheme + suffix
