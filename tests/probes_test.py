@@ -421,3 +421,31 @@ def test_per_seed_rows_say_when_a_passing_run_is_not_compared():
   assert "| alibi | 0 | no (met on this seed, not on every seed) | 8 |" in md
   assert "| rope | 0 | yes | 8 |" in md
   assert "| sinusoidal | 0 | no (training failure) | 8 |" in md
+
+
+def _agreement_results(by_scheme_seed_accs):
+  """A results.json-shaped dict: {scheme: [seed accuracies at every attractor count]}."""
+  return {"agreement": {s: {str(k): {"by_attractors": {str(a): {"accuracy": acc, "n": 500}
+                                                      for a in range(5)}}
+                            for k, acc in enumerate(accs)}
+                        for s, accs in by_scheme_seed_accs.items()}}
+
+
+def test_replication_matches_scipys_welch_interval_and_flags_a_shift():
+  from scipy import stats as sp_stats
+
+  from experiments.probes import replication
+  a, b = [0.90, 0.95, 0.97], [0.93, 0.91, 0.99, 0.96]
+  w = replication.welch(a, b)
+  ref = sp_stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+  np.testing.assert_allclose(w["ci95"], [ref.low, ref.high], rtol=1e-10)
+  np.testing.assert_allclose(w["diff"], np.mean(b) - np.mean(a))
+  # The same models on both sides replicate exactly; a shift far beyond the spread does not.
+  same = _agreement_results({"alibi": a})
+  rows = replication.compare(same, same)
+  assert len(rows) == 5 and all(r["replicates"] and r["diff"] == 0 for r in rows)
+  shifted = _agreement_results({"alibi": [x - 0.3 for x in a]})
+  assert not any(r["replicates"] for r in replication.compare(same, shifted))
+  assert "0 of 5 cells replicate" in replication.table(replication.compare(same, shifted))
+  with pytest.raises(ValueError, match="at least 2 a side"):
+    replication.compare(same, _agreement_results({"alibi": [0.9]}))

@@ -1,0 +1,92 @@
+"""Does a second set of models reproduce a probes run's agreement numbers?
+
+Compares the agreement-by-attractors cells of two probes results.json files whose language
+models were trained with the same config and seeds (for example, the published models and
+the head census's retrained ones, whose floating-point sums differ by machine, so their
+trajectories are independent draws of training noise). Per scheme and attractor count:
+each side's mean +- sd over seeds, and the difference of the means with its Welch 95%
+interval over seeds (the seeds, not the items, are the unit: a pooled-items interval would
+ignore the seed-to-seed spread). A cell replicates when that interval contains 0.
+
+  python -m experiments.probes.replication \
+    --published experiments/probes/results/grammar_corpus/results.json \
+    --replica experiments/probes/results/grammar_corpus_census/results.json
+"""
+
+import json
+
+import numpy as np
+from absl import app, flags
+from scipy import stats
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("published", None, "results.json of the probes run to reproduce")
+flags.DEFINE_string("replica", None, "results.json of the run on the second set of models")
+
+
+def seed_accuracies(results: dict, scheme: str, attractors: int) -> list[float]:
+  """The per-seed agreement accuracies of one cell (keys as JSON writes them)."""
+  by_seed = results["agreement"].get(scheme, {})
+  return [r["by_attractors"][str(attractors)]["accuracy"] for _, r in sorted(by_seed.items())
+          if str(attractors) in r["by_attractors"]]
+
+
+def welch(a: list[float], b: list[float]) -> dict:
+  """mean(b) - mean(a) with its Welch 95% interval (needs 2+ values a side). Equal, zero-sd
+  sides give a zero-width interval at 0."""
+  a, b = np.asarray(a, float), np.asarray(b, float)
+  diff = float(b.mean() - a.mean())
+  va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+  se = float(np.sqrt(va + vb))
+  if se == 0:
+    return {"diff": diff, "ci95": [diff, diff]}
+  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+  half = float(stats.t.ppf(0.975, df)) * se
+  return {"diff": diff, "ci95": [diff - half, diff + half]}
+
+
+def compare(published: dict, replica: dict) -> list[dict]:
+  """One row per scheme (both sides have it) and attractor count 0-4."""
+  rows = []
+  for scheme in published["agreement"]:
+    if scheme not in replica["agreement"]:
+      continue
+    for k in range(5):
+      a, b = seed_accuracies(published, scheme, k), seed_accuracies(replica, scheme, k)
+      if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"{scheme}, {k} attractors: {len(a)} published and {len(b)} replica "
+                         f"seeds; the comparison over seeds needs at least 2 a side")
+      w = welch(a, b)
+      rows.append({"scheme": scheme, "attractors": k,
+                   "published": [float(np.mean(a)), float(np.std(a, ddof=1))],
+                   "replica": [float(np.mean(b)), float(np.std(b, ddof=1))],
+                   **w, "replicates": bool(w["ci95"][0] <= 0 <= w["ci95"][1])})
+  return rows
+
+
+def table(rows: list[dict]) -> str:
+  lines = ["| scheme | attractors | published | replica | replica - published [Welch 95%] | "
+           "replicates |", "| --- | ---: | --- | --- | --- | --- |"]
+  for r in rows:
+    lines.append(f"| {r['scheme']} | {r['attractors']} | {r['published'][0]:.3f} ± "
+                 f"{r['published'][1]:.3f} | {r['replica'][0]:.3f} ± {r['replica'][1]:.3f} | "
+                 f"{r['diff']:+.3f} [{r['ci95'][0]:+.3f}, {r['ci95'][1]:+.3f}] | "
+                 f"{'yes' if r['replicates'] else 'no'} |")
+  n = sum(r["replicates"] for r in rows)
+  lines.append(f"\n{n} of {len(rows)} cells replicate (the interval of the difference "
+               f"contains 0); at 95% each, about {0.05 * len(rows):.1f} would not by chance.")
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  with open(FLAGS.published) as f:
+    published = json.load(f)
+  with open(FLAGS.replica) as f:
+    replica = json.load(f)
+  print(table(compare(published, replica)))
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["published", "replica"])
+  app.run(main)
