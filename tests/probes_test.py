@@ -410,8 +410,8 @@ def test_retrieval_pools_seeds_by_position_and_u_test(tmp_path, monkeypatch):
 
 def test_per_seed_rows_say_when_a_passing_run_is_not_compared():
   """A run that met the criterion on its seed is not compared when another seed of its scheme
-  did not: its per-seed rows say so instead of "yes" (here on the published gather, with
-  alibi taken out of the compared list)."""
+  did not: its per-seed rows say so instead of "yes", and so do the over-seeds rows and the
+  plot (here on the published gather, with alibi taken out of the compared list)."""
   from experiments.probes import plots  # noqa: PLC0415
   published = ROOT / "experiments/probes/results/grammar_corpus/results.json"
   results = json.loads(published.read_text())
@@ -421,6 +421,11 @@ def test_per_seed_rows_say_when_a_passing_run_is_not_compared():
   assert "| alibi | 0 | no (met on this seed, not on every seed) | 8 |" in md
   assert "| rope | 0 | yes | 8 |" in md
   assert "| sinusoidal | 0 | no (training failure) | 8 |" in md
+  # The over-seeds table and the plot's labels read the same list.
+  assert "| alibi | 3 | no (training failure) | 8 |" in md
+  assert "| rope | 3 | yes | 8 |" in md
+  labels = [label for label, *_ in plots.retrieval_series(results)]
+  assert "alibi (3 seeds) [training failure]" in labels and "rope (3 seeds)" in labels
 
 
 def _agreement_results(by_scheme_seed_accs):

@@ -53,6 +53,17 @@ def agreement(results: dict, path: str) -> str:
 RETRIEVAL_VARIANTS = (("retrieval", "", "-"), ("retrieval_lm_pretrained", " (LM-pretrained)", "--"))
 
 
+def compared(results: dict, key: str, scheme: str, seeds) -> bool:
+  """Whether a scheme's runs under key ("retrieval" or "retrieval_lm_pretrained") are compared:
+  run.py's retrieval_compared (every seed met the criterion) where results.json has it, else
+  the same rule over the given seeds (results written before that key)."""
+  listed = results.get("retrieval_compared", {}).get(key[len("retrieval"):])
+  if listed is not None:
+    return scheme in listed
+  crit = results.get(key.replace("retrieval", "retrieval_criterion"), {})
+  return all(crit.get(scheme, {}).get(seed, {}).get("met") for seed in seeds)
+
+
 def retrieval_series(results: dict):
   """(label, style, met, {n: accuracy_by_position}) per model, in a fixed order, so a model
   keeps its colour in every panel even where another has no row (e.g. learned positions
@@ -64,7 +75,7 @@ def retrieval_series(results: dict):
     for scheme, by_seed in results.get(key, {}).items():
       pooled = results.get(f"{key}_pooled", {}).get(scheme)
       if len(by_seed) > 1 and pooled:
-        met = all(criterion.get(scheme, {}).get(seed, {}).get("met") for seed in by_seed)
+        met = compared(results, key, scheme, by_seed)
         label = (f"{scheme}{suffix} ({len(by_seed)} seeds)"
                  + ("" if met else " [training failure]"))
         out.append((label, style, met, {n: r["accuracy_by_position"]
@@ -157,7 +168,6 @@ def _pooled_retrieval_lines(results: dict) -> list[str]:
   of all seeds pooled."""
   lines = []
   for key, suffix, _ in RETRIEVAL_VARIANTS:
-    crit = results.get(key.replace("retrieval", "retrieval_criterion"), {})
     for scheme, pooled in results.get(f"{key}_pooled", {}).items():
       seeds = results[key][scheme]
       if len(seeds) < 2:
@@ -169,7 +179,7 @@ def _pooled_retrieval_lines(results: dict) -> list[str]:
                  "| scheme | seeds | compared | pairs | mean accuracy | first - middle | "
                  "last - middle | ends - middle | pooled ends - middle [95%] | U-shaped seeds |",
                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-      met = all(crit.get(scheme, {}).get(seed, {}).get("met") for seed in seeds)
+      met = compared(results, key, scheme, seeds)
       for n, row in pooled.items():
         sd = lambda k: (f"{row[k]['mean']:+.3f} ± {row[k]['sd']:.3f}" if k in row else "")
         u = row["u_test_pooled"]
