@@ -2,11 +2,13 @@
 
 Compares the agreement-by-attractors cells of two probes results.json files whose language
 models were trained with the same config and seeds (for example, the published models and
-the head census's retrained ones, whose floating-point sums differ by machine, so their
-trajectories are independent draws of training noise). Per scheme and attractor count:
-each side's mean +- sd over seeds, and the difference of the means with its Welch 95%
-interval over seeds (the seeds, not the items, are the unit: a pooled-items interval would
-ignore the seed-to-seed spread). A cell replicates when that interval contains 0.
+the head census's retrained ones, whose floating-point sums differ by machine). Per scheme
+and attractor count: each side's mean +- sd over seeds; the paired difference (seed k against
+seed k: both sides share the seed's initialization and data order, so only the arithmetic's
+rounding separates them) with its t 95% interval over seeds; and, as if the two sides were
+independent draws, the difference of the means with its Welch 95% interval. The seeds, not
+the items, are the unit: a pooled-items interval would ignore the seed-to-seed spread. A cell
+replicates when the paired interval contains 0.
 
   python -m experiments.probes.replication \
     --published experiments/probes/results/grammar_corpus/results.json \
@@ -24,11 +26,20 @@ flags.DEFINE_string("published", None, "results.json of the probes run to reprod
 flags.DEFINE_string("replica", None, "results.json of the run on the second set of models")
 
 
-def seed_accuracies(results: dict, scheme: str, attractors: int) -> list[float]:
-  """The per-seed agreement accuracies of one cell (keys as JSON writes them)."""
+def seed_accuracies(results: dict, scheme: str, attractors: int) -> dict[str, float]:
+  """{seed: agreement accuracy} of one cell (keys as JSON writes them)."""
   by_seed = results["agreement"].get(scheme, {})
-  return [r["by_attractors"][str(attractors)]["accuracy"] for _, r in sorted(by_seed.items())
-          if str(attractors) in r["by_attractors"]]
+  return {str(seed): r["by_attractors"][str(attractors)]["accuracy"]
+          for seed, r in sorted(by_seed.items()) if str(attractors) in r["by_attractors"]}
+
+
+def paired(a: list[float], b: list[float]) -> dict:
+  """mean(b - a) over pairs with its t 95% interval (needs 2+ pairs); all-equal differences
+  give a zero-width interval."""
+  d = np.asarray(b, float) - np.asarray(a, float)
+  mean, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
+  half = float(stats.t.ppf(0.975, len(d) - 1)) * se
+  return {"diff": mean, "ci95": [mean - half, mean + half]}
 
 
 def welch(a: list[float], b: list[float]) -> dict:
@@ -52,39 +63,56 @@ def compare(published: dict, replica: dict) -> list[dict]:
     if scheme not in replica["agreement"]:
       continue
     for k in range(5):
-      a, b = seed_accuracies(published, scheme, k), seed_accuracies(replica, scheme, k)
-      if len(a) < 2 or len(b) < 2:
-        raise ValueError(f"{scheme}, {k} attractors: {len(a)} published and {len(b)} replica "
-                         f"seeds; the comparison over seeds needs at least 2 a side")
-      w = welch(a, b)
+      by_a, by_b = seed_accuracies(published, scheme, k), seed_accuracies(replica, scheme, k)
+      if sorted(by_a) != sorted(by_b) or len(by_a) < 2:
+        raise ValueError(f"{scheme}, {k} attractors: seeds {sorted(by_a)} published and "
+                         f"{sorted(by_b)} replica; the paired comparison needs the same seeds, "
+                         f"at least 2")
+      a, b = [by_a[k_] for k_ in sorted(by_a)], [by_b[k_] for k_ in sorted(by_a)]
+      p = paired(a, b)
       rows.append({"scheme": scheme, "attractors": k,
                    "published": [float(np.mean(a)), float(np.std(a, ddof=1))],
                    "replica": [float(np.mean(b)), float(np.std(b, ddof=1))],
-                   **w, "replicates": bool(w["ci95"][0] <= 0 <= w["ci95"][1])})
+                   **p, "welch_ci95": welch(a, b)["ci95"],
+                   "replicates": bool(p["ci95"][0] <= 0 <= p["ci95"][1])})
   return rows
 
 
 def table(rows: list[dict]) -> str:
-  lines = ["| scheme | attractors | published | replica | replica - published [Welch 95%] | "
-           "replicates |", "| --- | ---: | --- | --- | --- | --- |"]
+  lines = ["| scheme | attractors | published | replica | replica - published, paired [t 95%] "
+           "| unpaired [Welch 95%] | replicates |", "| --- | ---: | --- | --- | --- | --- | --- |"]
   for r in rows:
     lines.append(f"| {r['scheme']} | {r['attractors']} | {r['published'][0]:.3f} ± "
                  f"{r['published'][1]:.3f} | {r['replica'][0]:.3f} ± {r['replica'][1]:.3f} | "
                  f"{r['diff']:+.3f} [{r['ci95'][0]:+.3f}, {r['ci95'][1]:+.3f}] | "
+                 f"[{r['welch_ci95'][0]:+.3f}, {r['welch_ci95'][1]:+.3f}] | "
                  f"{'yes' if r['replicates'] else 'no'} |")
   n = sum(r["replicates"] for r in rows)
-  lines.append(f"\n{n} of {len(rows)} cells replicate (the interval of the difference "
-               f"contains 0); at 95% each, about {0.05 * len(rows):.1f} would not by chance.")
+  lines.append(f"\n{n} of {len(rows)} cells replicate (the paired interval contains 0); at 95% "
+               f"each, about {0.05 * len(rows):.1f} would not by chance.")
   return "\n".join(lines)
+
+
+def read_results(path: str, flag: str) -> dict:
+  try:
+    with open(path) as f:
+      results = json.load(f)
+  except (OSError, ValueError) as e:
+    raise SystemExit(f"--{flag}={path}: cannot read it as JSON ({e}); give the results.json a "
+                     f"probes run wrote in its workdir")
+  if "agreement" not in results:
+    raise SystemExit(f"--{flag}={path} has no 'agreement' results; give a probes results.json")
+  return results
 
 
 def main(argv):
   del argv
-  with open(FLAGS.published) as f:
-    published = json.load(f)
-  with open(FLAGS.replica) as f:
-    replica = json.load(f)
-  print(table(compare(published, replica)))
+  published = read_results(FLAGS.published, "published")
+  replica = read_results(FLAGS.replica, "replica")
+  try:
+    print(table(compare(published, replica)))
+  except ValueError as e:
+    raise SystemExit(str(e))
 
 
 if __name__ == "__main__":
