@@ -351,17 +351,25 @@ def test_distance_control_is_exact_for_the_probe_design():
   assert {it.num_attractors for it in items if it.distance == 0} == {0}
   assert {it.num_attractors for it in items if it.distance == 3} == {0, 1}
   rng = random.Random(0)
-  right = [rng.random() < (0.9 if it.num_attractors == 0 else 0.4) for it in items]
+  rights = [[rng.random() < (0.9 if it.num_attractors == 0 else 0.4) for it in items]
+            for _ in range(2)]
   prop = lambda rs: {"accuracy": sum(rs) / len(rs), "n": len(rs)}
-  record = {"by_attractors": {k: prop([r for it, r in zip(items, right) if it.num_attractors == k])
-                              for k in range(5)},
-            "by_distance": {d: prop([r for it, r in zip(items, right) if it.distance == d])
-                            for d in {it.distance for it in items}}}
-  control = run.distance_control({"0": record, "1": json.loads(json.dumps(record))})
+  record = lambda right: {
+      "by_attractors": {k: prop([r for it, r in zip(items, right) if it.num_attractors == k])
+                        for k in range(5)},
+      "by_distance": {d: prop([r for it, r in zip(items, right) if it.distance == d])
+                      for d in {it.distance for it in items}}}
+  # One seed fresh (int keys), one read back from JSON (str keys).
+  control = run.distance_control({"0": record(rights[0]),
+                                  "1": json.loads(json.dumps(record(rights[1])))})
   for key, k, d in (("d0_k0", 0, 0), ("d3_k0", 0, 3), ("d3_k1", 1, 3)):
-    cell = [r for it, r in zip(items, right) if it.num_attractors == k and it.distance == d]
-    assert control[key]["n"] == 2 * len(cell)
-    assert control[key]["accuracy"] == pytest.approx(sum(cell) / len(cell))
+    cells = [[r for it, r in zip(items, right) if it.num_attractors == k and it.distance == d]
+             for right in rights]
+    assert control[key]["n"] == sum(map(len, cells))
+    assert control[key]["accuracy"] == pytest.approx(sum(map(sum, cells)) / sum(map(len, cells)))
+    per_seed = [sum(c) / len(c) for c in cells]
+    assert control[key]["over_seeds"]["mean"] == pytest.approx(np.mean(per_seed))
+    assert control[key]["over_seeds"]["sd"] == pytest.approx(np.std(per_seed, ddof=1))
 
 
 def test_retrieval_pools_seeds_by_position_and_u_test(tmp_path, monkeypatch):

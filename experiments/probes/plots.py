@@ -212,11 +212,14 @@ def summary(results: dict) -> str:
   if control:
     lines += ["", "Control: the same distance with and without an attractor (3 words between "
               "subject and verb: one prepositional phrase whose noun has the subject's number, "
-              "or the other number), pooled over seeds (accuracy [Wilson 95%] (items)):", "",
+              "or the other number), pooled over seeds (accuracy [Wilson 95%] (items); then the "
+              "mean ± sd of the seeds' accuracies):", "",
               "| scheme | distance 0, no attractor | distance 3, no attractor | distance 3, "
               "one attractor |", "| --- | --- | --- | --- |"]
+    over = lambda c: (f"; {c['over_seeds']['mean']:.3f} ± {c['over_seeds']['sd']:.3f}"
+                      if "over_seeds" in c and c["over_seeds"]["seeds"] > 1 else "")
     fmt = lambda c: (f"{c['accuracy']:.3f} [{c['wilson95'][0]:.3f}, {c['wilson95'][1]:.3f}] "
-                     f"({c['n']})" if c else "n/a")
+                     f"({c['n']}){over(c)}" if c else "n/a")
     for scheme, cells in control.items():
       lines.append(f"| {scheme} | " + " | ".join(fmt(cells.get(k)) for k in
                                                   ("d0_k0", "d3_k0", "d3_k1")) + " |")

@@ -363,10 +363,12 @@ def distance_control(by_seed: dict) -> dict:
   holds exactly the 0-attractor items without it, and distance 3 the 0-attractor items with it
   plus the 1-attractor items without one (tests/probes_test.py checks this). The cells are
   therefore exact differences of the recorded counts, pooled over seeds, each with its Wilson
-  interval: {"d0_k0", "d3_k0", "d3_k1"} -> {accuracy, n, wilson95}."""
+  interval, and each seed's accuracy with their mean +- sd over seeds:
+  {"d0_k0", "d3_k0", "d3_k1"} -> {accuracy, n, wilson95, over_seeds: {mean, sd, seeds}}."""
   count = lambda c: (round(c["accuracy"] * c["n"]), c["n"]) if c else (0, 0)
   cell = lambda r: lambda key, k: count((r.get(key) or {}).get(str(k), (r.get(key) or {}).get(k)))
   tot = {"d0_k0": [0, 0], "d3_k0": [0, 0], "d3_k1": [0, 0]}
+  per_seed = {key: [] for key in tot}
   for r in by_seed.values():
     get = cell(r)
     (a0, n0), (d0, nd0), (d3, nd3) = get("by_attractors", 0), get("by_distance", 0), \
@@ -375,7 +377,12 @@ def distance_control(by_seed: dict) -> dict:
                             ("d3_k1", (d3 - (a0 - d0), nd3 - (n0 - nd0)))):
       tot[key][0] += right
       tot[key][1] += n
-  return {key: {"accuracy": right / n, "n": n, "wilson95": wilson(right, n)}
+      if n:
+        per_seed[key].append(right / n)
+  stat = lambda xs: {"mean": float(np.mean(xs)), "seeds": len(xs),
+                     "sd": float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0}
+  return {key: {"accuracy": right / n, "n": n, "wilson95": wilson(right, n),
+                "over_seeds": stat(per_seed[key])}
           for key, (right, n) in tot.items() if n}
 
 
