@@ -289,6 +289,10 @@ def test_agreement_tables_pool_fresh_and_cached_seeds_alike():
   text = plots.summary({"agreement": {"rope": by_seed}, "agreement_pooled": {"rope": pooled},
                         "kv_train_pairs": 32})
   assert "too long" not in text and "| rope | 0.800 ± 0.141" in text
+  one = {"0": fresh}
+  text = plots.summary({"agreement": {"rope": one}, "agreement_pooled": {"rope": run.pool_seeds(one)},
+                        "kv_train_pairs": 32})
+  assert "| rope | 0.900 (one seed) [" in text and "± 0.000" not in text
 
 
 def test_census_table_gives_each_seeds_strongest_head_and_the_spread_over_seeds():

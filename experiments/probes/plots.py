@@ -204,8 +204,10 @@ def summary(results: dict) -> str:
     cells = []
     for k in range(5):
       c = pooled.get(str(k))
+      # One seed has no spread to show: "± 0.000" would read as a measured sd of zero.
+      spread = f" ± {c['sd']:.3f}" if c and c.get("seeds", 1) > 1 else " (one seed)"
       cells.append("n/a (too long)" if c is None else
-                   f"{c['mean']:.3f} ± {c['sd']:.3f} [{c['wilson95_pooled'][0]:.3f}, "
+                   f"{c['mean']:.3f}{spread} [{c['wilson95_pooled'][0]:.3f}, "
                    f"{c['wilson95_pooled'][1]:.3f}] ({c['n_per_seed']})")
     lines.append(f"| {scheme} | " + " | ".join(cells) + " |")
   control = results.get("agreement_distance_control", {})
