@@ -241,16 +241,16 @@ def summary(results: dict) -> str:
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
   for key, suffix, _ in RETRIEVAL_VARIANTS:
     crit = results.get(key.replace("retrieval", "retrieval_criterion"), {})
-    # A run that met the criterion is compared only if every seed of its scheme did.
-    listed = results.get("retrieval_compared", {}).get(key[len("retrieval"):])
     for scheme, by_seed in results.get(key, {}).items():
       for seed, r_seed in by_seed.items():
+        # A run that met the criterion is compared only if every seed of its scheme did.
         met = crit.get(scheme, {}).get(seed, {}).get("met")
-        compared = ("no (training failure)" if not met else "yes" if listed is None
-                    or scheme in listed else "no (met on this seed, not on every seed)")
+        compared_ = ("no (training failure)" if not met else "yes"
+                     if compared(results, key, scheme, [seed])
+                     else "no (met on this seed, not on every seed)")
         name = scheme + suffix
         for n, row in r_seed.items():
-          head = f"| {name} | {seed} | {compared} | {n} |"
+          head = f"| {name} | {seed} | {compared_} | {n} |"
           if "accuracy_by_position" not in row:
             lines.append(f"{head} {row.get('context_tokens')} | not applicable | | | | |")
             continue

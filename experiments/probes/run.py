@@ -29,7 +29,8 @@ from experiments import records
 from experiments import results as experiment_results
 from experiments.probes import criterion, heads, plots
 # u_test and wilson are also read as run.u_test / run.wilson (tests).
-from experiments.probes.stats import pool_retrieval, pool_seeds, u_test, wilson  # noqa: F401
+from experiments.probes.stats import mean_sd, pool_retrieval, pool_seeds
+from experiments.probes.stats import u_test, wilson  # noqa: F401
 from transformer import cli, data, schema
 from transformer.data import grammar
 from transformer.training import checkpoint, loop
@@ -379,10 +380,8 @@ def distance_control(by_seed: dict) -> dict:
       tot[key][1] += n
       if n:
         per_seed[key].append(right / n)
-  stat = lambda xs: {"mean": float(np.mean(xs)), "seeds": len(xs),
-                     "sd": float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0}
   return {key: {"accuracy": right / n, "n": n, "wilson95": wilson(right, n),
-                "over_seeds": stat(per_seed[key])}
+                "over_seeds": {**mean_sd(per_seed[key]), "seeds": len(per_seed[key])}}
           for key, (right, n) in tot.items() if n}
 
 

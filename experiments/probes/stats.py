@@ -54,14 +54,17 @@ def u_test(counts: dict) -> dict:
                            and last > 0)}
 
 
+def mean_sd(xs) -> dict:
+  """{mean, sd} of values over seeds (sd 0.0 for a single value)."""
+  return {"mean": float(np.mean(xs)), "sd": float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0}
+
+
 def pool_retrieval(by_seed: dict) -> dict:
   """A scheme's retrieval rows over its seeds, per number of pairs: mean +- sd over seeds of
   the mean accuracy, of each position's accuracy and of the U-test's differences; how many
   seeds' rows are U-shaped; and the U-test on the items of all seeds pooled (its interval is
   over items, the sd over seeds). Rows read from a JSON cache (str keys) and fresh ones (int
   keys) pool alike."""
-  stat = lambda xs: {"mean": float(np.mean(xs)),
-                     "sd": float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0}
   pooled = {}
   for n in sorted({int(n) for r in by_seed.values() for n in r}):
     rows = [r.get(n, r.get(str(n))) for r in by_seed.values()]
@@ -78,14 +81,14 @@ def pool_retrieval(by_seed: dict) -> dict:
     pooled[n] = {
         "seeds": len(rows), "context_tokens": rows[0]["context_tokens"],
         "beyond_training": rows[0].get("beyond_training"),
-        "mean_accuracy": stat([row["mean_accuracy"] for row in rows]),
+        "mean_accuracy": mean_sd([row["mean_accuracy"] for row in rows]),
         "accuracy_by_position": {p: {"accuracy": right / total, "n": total,
                                      "wilson95": wilson(right, total),
-                                     "over_seeds": stat(accs[p])}
+                                     "over_seeds": mean_sd(accs[p])}
                                  for p, (right, total) in sorted(counts.items())},
         "u_test_pooled": u_test(counts),
         "u_shaped_seeds": sum(bool(u["u_shaped"]) for u in u_rows),
-        **{k: stat([u[k] for u in u_rows]) for k in
+        **{k: mean_sd([u[k] for u in u_rows]) for k in
            ("first_minus_middle", "last_minus_middle", "ends_minus_middle") if u_rows}}
   return pooled
 

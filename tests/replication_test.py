@@ -1,0 +1,40 @@
+"""experiments/probes/replication.py: the paired and Welch intervals against scipy's, and the
+cells a shift or a mismatch of seeds must flag."""
+
+import numpy as np
+import pytest
+
+
+def _agreement_results(by_scheme_seed_accs):
+  """A results.json-shaped dict: {scheme: [seed accuracies at every attractor count]}."""
+  return {"agreement": {s: {str(k): {"by_attractors": {str(a): {"accuracy": acc, "n": 500}
+                                                      for a in range(5)}}
+                            for k, acc in enumerate(accs)}
+                        for s, accs in by_scheme_seed_accs.items()}}
+
+
+def test_replication_matches_scipys_intervals_and_flags_a_shift():
+  from scipy import stats as sp_stats
+
+  from experiments.probes import replication
+  a, b = [0.90, 0.95, 0.97], [0.93, 0.91, 0.99, 0.96]
+  w = replication.welch(a, b)
+  ref = sp_stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+  np.testing.assert_allclose(w["ci95"], [ref.low, ref.high], rtol=1e-10)
+  np.testing.assert_allclose(w["diff"], np.mean(b) - np.mean(a))
+  b3 = b[:3]
+  p = replication.paired(a, b3)
+  ref = sp_stats.ttest_rel(b3, a).confidence_interval(0.95)
+  np.testing.assert_allclose(p["ci95"], [ref.low, ref.high], rtol=1e-10)
+  # The same models on both sides replicate exactly; a shift far beyond the spread does not.
+  same = _agreement_results({"alibi": a})
+  rows = replication.compare(same, same)
+  assert len(rows) == 5 and all(r["replicates"] and r["diff"] == 0 for r in rows)
+  shifted = _agreement_results({"alibi": [x - 0.3 for x in a]})
+  assert not any(r["replicates"] for r in replication.compare(same, shifted))
+  assert "0 of 5 cells replicate" in replication.table(replication.compare(same, shifted))
+  # A small shift on every seed is found by the pairing though the seeds spread far more.
+  nudged = _agreement_results({"alibi": [x + 0.01 + 0.001 * i for i, x in enumerate(a)]})
+  assert not any(r["replicates"] for r in replication.compare(same, nudged))
+  with pytest.raises(ValueError, match="needs the same seeds"):
+    replication.compare(same, _agreement_results({"alibi": [0.9]}))
