@@ -17,3 +17,17 @@ def test_median_row_takes_medians_of_each_figure_and_the_range_of_each_ratio():
   assert lo == pytest.approx(540 / 600) and hi == pytest.approx(510 / 500)
   assert row["ranges"]["torch/train"] == pytest.approx((650 / 560, 700 / 540))
   assert row["label"] == "W1 median of 3" and row["phases"] == {"steps": 980.0}
+
+
+def test_each_ratio_has_its_mean_over_rounds_with_the_t_interval_scipy_gives():
+  stats = pytest.importorskip("scipy.stats")
+  train_over_bare = [1.002, 0.911, 1.071, 0.996, 0.990]
+  rounds = [dict(workload="W2", bare_ms=1000.0, train_ms=1000.0 * r, bare_rss=1.0, train_rss=1.0,
+                 phases={}) for r in train_over_bare]
+  mean, lo, hi = train_command.median_row(rounds)["means"]["train/bare"]
+  expected = stats.ttest_1samp(train_over_bare, 1.0).confidence_interval(0.95)
+  assert mean == pytest.approx(sum(train_over_bare) / 5)
+  assert (lo, hi) == pytest.approx((expected.low, expected.high))
+  # More rounds of the same spread narrow the interval.
+  _, lo10, hi10 = train_command.median_row(rounds * 2)["means"]["train/bare"]
+  assert hi10 - lo10 < hi - lo

@@ -20,7 +20,9 @@ one XLA device using every core).
 
 --repeats R runs the R rounds interleaved (bare, train, torch, then again), because a VM's
 speed drifts by more than the effects measured here between runs minutes apart: each round is
-a row, and a last row per workload holds the medians over rounds, with the ratios' range.
+a row, and a last row per workload holds the medians over rounds, with the ratios' range and
+each ratio's mean over rounds with its t 95% interval (the rounds are the unit: the same
+program's step time moves more from process to process than within one).
 """
 
 import json
@@ -34,6 +36,7 @@ import threading
 import time
 
 from absl import flags
+from scipy import stats
 
 from transformer import cli
 from experiments.benchmarks.train_throughput import WORKLOADS
@@ -123,8 +126,18 @@ def measure(name: str) -> dict:
   return result
 
 
+def mean_ci95(values: list[float]) -> tuple[float, float, float]:
+  """The mean and its t 95% interval (Student, n - 1 degrees of freedom; needs 2+ values)."""
+  n = len(values)
+  mean = sum(values) / n
+  se = statistics.stdev(values) / n ** 0.5
+  half = float(stats.t.ppf(0.975, n - 1)) * se
+  return mean, mean - half, mean + half
+
+
 def median_row(rounds: list[dict]) -> dict:
-  """The medians over rounds of every figure, and the range of the per-round ratios."""
+  """The medians over rounds of every figure, the range of the per-round ratios and their
+  means with t 95% intervals."""
   keys = [k for k in rounds[0] if isinstance(rounds[0][k], float)]
   row = {k: statistics.median(r[k] for r in rounds) for k in keys}
   row.update(workload=rounds[0]["workload"], phases=rounds[-1]["phases"],
@@ -134,6 +147,7 @@ def median_row(rounds: list[dict]) -> dict:
     ratios["torch/train"] = [r["torch_ms"] / r["train_ms"] for r in rounds]
     ratios["train/torch MiB"] = [r["train_rss"] / r["torch_rss"] for r in rounds]
   row["ranges"] = {k: (min(v), max(v)) for k, v in ratios.items()}
+  row["means"] = {k: mean_ci95(v) for k, v in ratios.items()}
   return row
 
 
@@ -168,6 +182,9 @@ def main(argv):
   for r in summaries:
     print(f"{r['workload']} over {_REPEATS.value} rounds, range of the per-round ratios: " +
           ", ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in r["ranges"].items()))
+    print(f"{r['workload']} over {_REPEATS.value} rounds, mean of the per-round ratios with its "
+          "t 95% interval: " + ", ".join(f"{k} {m:.3f} [{lo:.3f}, {hi:.3f}]"
+                                          for k, (m, lo, hi) in r["means"].items()))
   for r in [x for x in rows if "ranges" not in x]:
     print(f"{r['label']} train-command peak RSS by phase (MiB): " + ", ".join(
         f"{phase} {mib:.0f}" for phase, mib in r["phases"].items()))
