@@ -29,6 +29,19 @@ def test_shuffle_window_reorders_the_pieces_and_keeps_them(data_dir):
     data.validate(tiny_data(data_dir, shuffle_window=-1))
 
 
+def test_reader_threads_leave_the_batches_unchanged(data_dir):
+  # read_threads only moves the reading between threads: the same seed gives the same rows.
+  def batches(threads):
+    config = tiny_data(data_dir, seq_len=64, read_threads=threads)
+    it = data.make_iterator(config, data.get_tokenizer(config), split="train", batch_size=8,
+                            objective="lm", seed=3)
+    return [next(it) for _ in range(6)]
+  for a, b in zip(batches(0), batches(3)):
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+  with pytest.raises(ValueError, match="read_threads must be >= 0"):
+    data.validate(tiny_data(data_dir, read_threads=-1))
+
+
 @pytest.mark.parametrize("objective,name,window", [
     ("lm", "grammar_corpus", 0), ("mlm", "grammar_corpus", 0), ("seq2seq", "kv_retrieval", 0),
     ("lm", "grammar_corpus", 7)])

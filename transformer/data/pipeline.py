@@ -46,6 +46,10 @@ def default_config() -> ml_collections.ConfigDict:
                                # long one is split into) within windows of this many, before
                                # packing, so a long document does not fill many consecutive
                                # batches; 0 keeps each document's pieces together
+      read_threads=0,          # grain reader threads; 0 reads and featurizes in the one
+                               # prefetch thread: least CPU (the threads' hand-offs doubled
+                               # it) and the fastest on local files. Raise it for storage
+                               # with latency (gs://). The data order does not depend on it
       data_dir="",             # '' -> $TFDS_DATA_DIR -> ~/tensorflow_datasets
       size="small",            # synthetic datasets: see builders.SIZES
       doc_sentences="3,7",     # grammar_corpus: "lo,hi" sentences per document; other than
@@ -87,6 +91,9 @@ def validate(data_config, objective: str | None = None,
                      f"--config.model.vocab_size={needed}")
   if data_config.seq_len < 2:
     raise ValueError(f"data.seq_len must be >= 2, got {data_config.seq_len}")
+  if data_config.get("read_threads", 0) < 0:
+    raise ValueError(f"data.read_threads must be >= 0 (0: read in the prefetch thread), got "
+                     f"{data_config.read_threads}")
   if data_config.get("shuffle_window", 0) < 0:
     raise ValueError(f"data.shuffle_window must be >= 0 (0: off), got {data_config.shuffle_window}")
   if data_config.cross_document and (not data_config.packing or objective not in (None, "lm")):
@@ -191,8 +198,12 @@ def make_dataset(data_config, tokenizer, *, split, batch_size, objective, seed,
     raise ValueError(f"split {split!r} has {len(records)} records, fewer than {shard_count} shards")
   ds = records[shard_index::shard_count].seed(seed).shuffle().repeat(num_epochs)
   ds = ds.random_map(_Featurize(obj, tokenizer, data_config))
-  # Featurizing is light numpy work; a few threads keep ahead without flooding 2-core hosts.
-  it = ds.to_iter_dataset(grain.ReadOptions(num_threads=4, prefetch_buffer_size=64))
+  # Reading a local record and featurizing it is light work: grain's reader threads cost
+  # more CPU in hand-offs than they save (docs/performance.md), and on a CPU host every
+  # millisecond of it is taken from the train step. 0 reads in the prefetch thread below.
+  threads = data_config.get("read_threads", 0)
+  it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads,
+                                            prefetch_buffer_size=64 if threads else 0))
   it = grain.experimental.FlatMapIterDataset(it, _Split(obj.split, data_config.seq_len))
   if data_config.get("shuffle_window", 0) > 0:
     # A document longer than a row becomes consecutive pieces; a corpus of long files (as
