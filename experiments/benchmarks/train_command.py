@@ -128,11 +128,9 @@ def measure(name: str) -> dict:
 
 def mean_ci95(values: list[float]) -> tuple[float, float, float]:
   """The mean and its t 95% interval (Student, n - 1 degrees of freedom; needs 2+ values)."""
-  n = len(values)
-  mean = sum(values) / n
-  se = statistics.stdev(values) / n ** 0.5
-  half = float(stats.t.ppf(0.975, n - 1)) * se
-  return mean, mean - half, mean + half
+  mean = statistics.fmean(values)
+  lo, hi = stats.t.interval(0.95, len(values) - 1, loc=mean, scale=stats.sem(values))
+  return mean, float(lo), float(hi)
 
 
 def median_row(rounds: list[dict]) -> dict:
