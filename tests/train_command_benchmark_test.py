@@ -31,3 +31,18 @@ def test_each_ratio_has_its_mean_over_rounds_with_the_t_interval_scipy_gives():
   # More rounds of the same spread narrow the interval.
   _, lo10, hi10 = train_command.median_row(rounds * 2)["means"]["train/bare"]
   assert hi10 - lo10 < hi - lo
+
+
+def test_bare_steps_are_summarized_as_the_train_command_logs_them():
+  from experiments.benchmarks import train_throughput
+  # A slow step now and then: the median step misses it, each 5-step window's mean does not.
+  times = [0.5, 0.5, 0.5, 0.5, 0.6] * 3 + [0.5, 0.5, 0.5]  # the trailing part window is left out
+  assert train_throughput.window_median(times, 1) == 0.5
+  assert train_throughput.window_median(times, 5) == pytest.approx(0.52)
+  rng = __import__("numpy").random.default_rng(0)
+  for window in (1, 2, 5):
+    times = list(rng.lognormal(size=7 * window + window - 1))
+    means = [sum(times[i:i + window]) / window for i in range(0, 7 * window, window)]
+    assert train_throughput.window_median(times, window) == pytest.approx(sorted(means)[3])
+  with pytest.raises(ValueError, match="--window=6"):
+    train_throughput.window_median(times[:5], 6)

@@ -8,10 +8,15 @@ after another (so each peak resident set is its own):
   bare    train_throughput: the jitted step on one random batch, no data, logging or saving
   train   `python -m transformer.train` with configs/lm.py set to the same shape (grammar
           corpus bytes, vocabulary 256 + the tokenizer's specials, learned positions, GELU,
-          AdamW), --steps steps, logging every 5, one eval and one save at the end
+          AdamW), --train_steps steps, logging every 5, one eval and one save at the end
   torch   (--torch) train_throughput_torch, the PyTorch implementation of the same model
 Step time of `train` is the median step_time_s of its metrics.jsonl rows after the first
 (which holds the warm-up); eval and checkpoint time are outside it, as the progress line shows.
+Each row is the mean of 5 steps, so `bare` and `torch` time as many steps as those rows hold
+(--train_steps - 5, after their own warm-up) and report the median of their 5-step means
+(train_throughput's --window): one estimator for all three. A median of single steps sits
+below a median of 5-step means wherever a slow step comes now and then, which had counted
+against the train command (docs/performance.md).
 Memory: each process's peak resident set (wait4's ru_maxrss) and, for `train`, the resident
 set sampled every 20 ms and attributed to the phase the run had printed last (start-up and
 data, unigram entropy and loss floor, compile, steps, eval, save), so the table says which
@@ -48,6 +53,10 @@ FLAGS.set_default("cpu_devices", 1)
 _STEPS = flags.DEFINE_integer("train_steps", 40, "Train-command steps per workload.")
 _TORCH = flags.DEFINE_bool("torch", False, "Also run the PyTorch implementation (interop extra).")
 _REPEATS = flags.DEFINE_integer("repeats", 1, "Interleaved rounds per workload (medians reported).")
+
+# The train command logs each window's mean step time; the bare steps are summarized the same
+# way over as many steps as the windows it reports (all but the first, which holds the warm-up).
+_LOG_EVERY = 5
 
 # The phase a train run is in, from the last line it printed that matches (first match wins).
 _PHASES = (("done:", "end"), ("| eval", "save"), ("step ", "steps and eval"), ("compiled", "steps and eval"),
@@ -99,15 +108,16 @@ def train_command(name: str, workdir: str) -> list[str]:
           f"--config.model.d_ff={model['d_ff']}", "--config.model.ffn=gelu",
           "--config.model.position.name=learned", f"--config.model.max_len={w['seq_len']}",
           f"--config.data.seq_len={w['seq_len']}", f"--config.train.batch_size={w['batch_size']}",
-          f"--config.train.steps={_STEPS.value}", "--config.train.log_every=5",
+          f"--config.train.steps={_STEPS.value}", f"--config.train.log_every={_LOG_EVERY}",
           f"--config.train.eval_every={_STEPS.value}",
           f"--config.train.checkpoint_every={_STEPS.value}", "--config.opt.name=adamw"]
 
 
 def measure(name: str) -> dict:
+  same_steps = [f"--steps={_STEPS.value - _LOG_EVERY}", f"--window={_LOG_EVERY}"]
   bare_out, bare_rss, _ = run([sys.executable, "-m", "experiments.benchmarks.train_throughput",
-                               f"--workloads={name}", "--steps=10",
-                               f"--cpu_devices={FLAGS.cpu_devices}"])
+                               f"--workloads={name}", f"--cpu_devices={FLAGS.cpu_devices}",
+                               *same_steps])
   bare_ms = float(re.search(rf"^{name}\s+([\d.]+)", bare_out, re.M).group(1))
   with tempfile.TemporaryDirectory() as tmp:
     workdir = os.path.join(tmp, name)
@@ -120,7 +130,7 @@ def measure(name: str) -> dict:
   if _TORCH.value:
     torch_out, torch_rss, _ = run([sys.executable, "-m",
                                    "experiments.benchmarks.train_throughput_torch",
-                                   f"--workloads={name}", "--steps=10"])
+                                   f"--workloads={name}", *same_steps])
     result.update(torch_ms=float(re.search(rf"^{name}\s+([\d.]+)", torch_out, re.M).group(1)),
                   torch_rss=torch_rss)
   return result
@@ -154,6 +164,9 @@ def main(argv):
   for name in FLAGS.workloads:
     if name not in WORKLOADS:
       raise ValueError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
+  if _STEPS.value < 2 * _LOG_EVERY or _STEPS.value % _LOG_EVERY:
+    raise ValueError(f"--train_steps={_STEPS.value}: give a multiple of {_LOG_EVERY}, at least "
+                     f"{2 * _LOG_EVERY} (the first {_LOG_EVERY}-step window holds the warm-up)")
   if _REPEATS.value < 1:
     raise ValueError(f"--repeats={_REPEATS.value}: give 1 or more rounds")
   print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "

@@ -15,8 +15,9 @@ update) jitted with donation and sharded over the mesh, exactly what the train c
 tokens. The CPU is split into one XLA device per core, data-parallel (the train command's
 --cpu_devices=0; --cpu_devices=1 measures its default, one device using every core).
 Reported:
-  step time   median of --steps timed steps after compilation and one warm-up step (also
-              the best step, and the process CPU time per step: on a shared machine the
+  step time   median of --steps timed steps after compilation and one warm-up step (with
+              --window W: the median of the means of consecutive windows of W steps, the
+              estimator of the train command's logged step time; also the best step, and the process CPU time per step: on a shared machine the
               wall time includes waiting for other processes, the CPU time does not)
   model FLOP/s = flops_per_token * tokens / step time, with
                flops_per_token = 6*N + 6*L*T*d_attn   (N: non-embedding params, L layers,
@@ -63,6 +64,9 @@ cli.define_train_flags()
 flags.FLAGS.set_default("cpu_devices", 0)
 _WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per workload (median reported).")
+_WINDOW = flags.DEFINE_integer(
+    "window", 1, "Report the median over the means of consecutive windows of this many timed "
+    "steps (1: the median step), to match a train run that logs every `window` steps.")
 _PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matrix size of the jnp.dot peak measurement.")
 _MESH = flags.DEFINE_list("mesh", ["-1", "1", "1"],
                           "Mesh shape data,fsdp,tensor (-1: the remaining devices).")
@@ -113,6 +117,22 @@ def random_batch(config, seed=0):
           "weights": np.ones((B, L), np.float32)}
 
 
+def check_window(window: int, steps: int) -> None:
+  if not 1 <= window <= steps:
+    raise ValueError(f"--window={window}: give 1 .. --steps ({steps}) steps per window")
+
+
+def window_median(times: list[float], window: int) -> float:
+  """The median over the means of consecutive `window`-step windows (a trailing part window
+  is left out): the train command logs each window's mean step time, and on a right-skewed
+  distribution (a slow step now and then) a mean of a few steps sits above the median step,
+  so a bare step has to be summarized the same way to compare with it."""
+  check_window(window, len(times))
+  means = [statistics.fmean(times[i:i + window])
+           for i in range(0, len(times) - window + 1, window)]
+  return statistics.median(means)
+
+
 def measure(name: str) -> dict:
   config = experiment(name)
   # Built, sharded and jitted exactly as train_and_evaluate does (on CPU: one device per core).
@@ -142,7 +162,7 @@ def measure(name: str) -> dict:
   flops_per_token = throughput.flops_per_token(config.model, config.data.seq_len,
                                                non_embedding)
   tokens = config.train.batch_size * config.data.seq_len
-  step_s = statistics.median(times)
+  step_s = window_median(times, _WINDOW.value)
   flops = flops_per_token * tokens / step_s
   # The compiled program is one device's; every local device runs a copy.
   xla_bytes = ((memory.argument_size_in_bytes + memory.temp_size_in_bytes)
@@ -166,6 +186,7 @@ def main(argv):
   for name in _WORKLOADS.value:
     if name not in WORKLOADS:
       raise ValueError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
+  check_window(_WINDOW.value, _STEPS.value)
   # --retain_host_memory and --cpu_devices, as the train command applies them.
   retained = loop.configure_host([experiment(name) for name in _WORKLOADS.value],
                                  **cli.host_settings())

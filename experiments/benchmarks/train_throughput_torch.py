@@ -21,7 +21,7 @@ from absl import flags
 from transformer import cli
 
 # Its workloads and its flags (--workloads, --steps, --peak_n), so both runs are one recipe.
-from experiments.benchmarks.train_throughput import WORKLOADS
+from experiments.benchmarks.train_throughput import WORKLOADS, check_window, window_median
 
 FLAGS = flags.FLAGS
 _THREADS = flags.DEFINE_integer("threads", 0, "torch intra-op threads (0: all CPUs). Compare "
@@ -107,7 +107,7 @@ def measure(name: str) -> dict:
   d, layers = m["d_model"], m["num_layers"]
   non_embedding = sum(p.numel() for p in model.blocks.parameters()) + d
   flops_per_token = 6 * non_embedding + 6 * layers * L * d
-  step_s = statistics.median(times)
+  step_s = window_median(times, FLAGS.window)
   return dict(workload=name, step_ms=step_s * 1e3, cpu_ms=statistics.median(cpu_times) * 1e3,
               tokens_per_s=B * L / step_s, gflops=flops_per_token * B * L / step_s / 1e9,
               loss=float(loss.detach()))
@@ -118,6 +118,7 @@ def main(argv):
   for name in FLAGS.workloads:
     if name not in WORKLOADS:
       raise ValueError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
+  check_window(FLAGS.window, FLAGS.steps)
   torch.set_num_threads(_THREADS.value or os.cpu_count())
   print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
         f"load average {os.getloadavg()[0]:.1f}")
