@@ -1,8 +1,9 @@
 """experiments/benchmarks/train_command.py: the summary over interleaved rounds."""
 
+import numpy as np
 import pytest
 
-from experiments.benchmarks import train_command
+from experiments.benchmarks import train_command, train_throughput
 
 
 def test_median_row_takes_medians_of_each_figure_and_the_range_of_each_ratio():
@@ -34,12 +35,11 @@ def test_each_ratio_has_its_mean_over_rounds_with_the_t_interval_scipy_gives():
 
 
 def test_bare_steps_are_summarized_as_the_train_command_logs_them():
-  from experiments.benchmarks import train_throughput
   # A slow step now and then: the median step misses it, each 5-step window's mean does not.
   times = [0.5, 0.5, 0.5, 0.5, 0.6] * 3 + [0.5, 0.5, 0.5]  # the trailing part window is left out
   assert train_throughput.window_median(times, 1) == 0.5
   assert train_throughput.window_median(times, 5) == pytest.approx(0.52)
-  rng = __import__("numpy").random.default_rng(0)
+  rng = np.random.default_rng(0)
   for window in (1, 2, 5):
     times = list(rng.lognormal(size=7 * window + window - 1))
     means = [sum(times[i:i + window]) / window for i in range(0, 7 * window, window)]

@@ -17,8 +17,9 @@ tokens. The CPU is split into one XLA device per core, data-parallel (the train 
 Reported:
   step time   median of --steps timed steps after compilation and one warm-up step (with
               --window W: the median of the means of consecutive windows of W steps, the
-              estimator of the train command's logged step time; also the best step, and the process CPU time per step: on a shared machine the
-              wall time includes waiting for other processes, the CPU time does not)
+              estimator of the train command's logged step time; also the best step, and
+              the process CPU time per step: on a shared machine the wall time includes
+              waiting for other processes, the CPU time does not)
   model FLOP/s = flops_per_token * tokens / step time, with
                flops_per_token = 6*N + 6*L*T*d_attn   (N: non-embedding params, L layers,
                T context, d_attn = heads * head_dim; Kaplan et al., as transformer.inspect)
