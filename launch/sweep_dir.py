@@ -9,6 +9,8 @@ import math
 import os
 import socket
 
+from transformer import schema
+
 
 def format_cell(value) -> str:
   if isinstance(value, float):
@@ -54,20 +56,10 @@ def read_sweep(workdir: str) -> list[dict]:
   return rows
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flat(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
-
-
 def results_table(workdir: str) -> str:
   """Markdown table of every run, finished ones sorted by final eval loss, then the rest."""
   rows = read_sweep(workdir)
-  configs = [_flat(r["summary"].get("config", {})) if r["summary"] else
+  configs = [schema.flatten(r["summary"].get("config", {})) if r["summary"] else
              dict(r["declared"].get("overrides", {})) for r in rows]
   keys = sorted({k for c in configs for k in c})
   # An unfinished run only knows its overrides, so a key it lacks does not count as varying.

@@ -72,11 +72,6 @@ def test_single_process_gather_is_the_identity():
   assert checkpoint.gather_host_states({"0": {"a": 1}}) == {"0": {"a": 1}}
 
 
-def test_flatten():
-  assert checkpoint.flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {
-      "a.b": 1, "a.c.d": 2, "e": 3}
-
-
 def test_load_for_inference_without_a_checkpoint_says_so(tmp_path):
   with pytest.raises(FileNotFoundError, match="no checkpoint under"):
     checkpoint.load_for_inference(str(tmp_path))

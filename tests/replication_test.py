@@ -38,3 +38,22 @@ def test_replication_matches_scipys_intervals_and_flags_a_shift():
   assert not any(r["replicates"] for r in replication.compare(same, nudged))
   with pytest.raises(ValueError, match="needs the same seeds"):
     replication.compare(same, _agreement_results({"alibi": [0.9]}))
+
+
+def test_replication_refuses_models_of_different_corpora():
+  from experiments.probes import replication
+  a = [0.90, 0.95, 0.97]
+  grammar = dict(_agreement_results({"alibi": a}), dataset="grammar_corpus")
+  stdlib = dict(_agreement_results({"alibi": a}), dataset="python_stdlib")
+  with pytest.raises(ValueError, match="same corpus"):
+    replication.compare(grammar, stdlib)
+  # Files written before the "dataset" key: the corpus comes from the recorded command.
+  old = lambda arg: dict(_agreement_results({"alibi": a}), command=(
+      f"python -m experiments.probes.run --config configs/probes.py{arg} --workdir w"))
+  assert replication.dataset_of(old("")) == "grammar_corpus"
+  assert replication.dataset_of(old(":dataset=python_stdlib")) == "python_stdlib"
+  assert replication.dataset_of(old(":tiny=true,dataset=python_stdlib")) == "python_stdlib"
+  assert replication.dataset_of(_agreement_results({"alibi": a})) is None
+  with pytest.raises(ValueError, match="same corpus"):
+    replication.compare(old(""), old(":dataset=python_stdlib"))
+  assert len(replication.compare(grammar, old(""))) == 5

@@ -251,3 +251,14 @@ def experiment_config(model, data, objective, **train_overrides) -> ml_collectio
       # (data, fsdp, tensor); one entry may be -1 = all remaining devices.
       mesh=ml_collections.ConfigDict(dict(shape=(-1, 1, 1))),
   ))
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+  """{"a": {"b": 1}} -> {"a.b": 1}: configs as flat key lists, for diffs and summaries."""
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out

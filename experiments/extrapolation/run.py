@@ -154,8 +154,8 @@ def check_finished_run(config, run_dir: str, summary: dict) -> None:
     if not os.path.exists(path):
       return
     with open(path) as f:
-      saved = checkpoint.flatten(json.load(f))
-  now = checkpoint.flatten(config.to_dict())
+      saved = schema.flatten(json.load(f))
+  now = schema.flatten(config.to_dict())
   # JSON has no tuples; keys only one side has were added or removed since (the default of
   # an added key keeps the old behaviour), so only keys both sides have are compared.
   def as_json(key, value):

@@ -15,7 +15,7 @@ import numpy as np
 from absl import flags, logging
 from flax.linen import meta
 
-from transformer import cli
+from transformer import cli, schema
 from transformer.model import models
 from transformer.training import checkpoint
 
@@ -34,7 +34,7 @@ def similarity(embedding_VD: np.ndarray, ids: list[int]) -> tuple[float, float]:
 
 
 def _embedding(params: dict) -> np.ndarray:
-  flat = checkpoint.flatten(params)
+  flat = schema.flatten(params)
   keys = [k for k in flat if k.endswith("embedder.embedding")]
   if len(keys) != 1:
     raise ValueError(f"expected one embedder.embedding in the parameters, found {keys}")

@@ -16,6 +16,7 @@ replicates when the paired interval contains 0.
 """
 
 import json
+import re
 
 import numpy as np
 from absl import app, flags
@@ -56,8 +57,26 @@ def welch(a: list[float], b: list[float]) -> dict:
   return {"diff": diff, "ci95": [diff - half, diff + half]}
 
 
+def dataset_of(results: dict) -> str | None:
+  """The corpus the probed language models trained on: results["dataset"], or for files
+  written before that key, the `dataset=` argument of configs/probes.py in the recorded
+  command (grammar_corpus when it gives none, configs/extrapolation.py's default); None when
+  the file records neither."""
+  if "dataset" in results:
+    return results["dataset"]
+  match = re.search(r"configs/probes\.py(:\S*)?", results.get("command", ""))
+  if not match:
+    return None
+  named = re.search(r"(?:^|[:,])dataset=([\w-]+)", match.group(1) or "")
+  return named.group(1) if named else "grammar_corpus"
+
+
 def compare(published: dict, replica: dict) -> list[dict]:
   """One row per scheme (both sides have it) and attractor count 0-4."""
+  corpora = dataset_of(published), dataset_of(replica)
+  if None not in corpora and corpora[0] != corpora[1]:
+    raise ValueError(f"the published models trained on {corpora[0]} and the replica's on "
+                     f"{corpora[1]}; a replication compares models trained on the same corpus")
   rows = []
   for scheme in published["agreement"]:
     if scheme not in replica["agreement"]:

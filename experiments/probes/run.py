@@ -213,7 +213,7 @@ def pretrained_variant(lm_config, kv_config, scheme: str) -> dict:
     raise ValueError(f"experiment.kv_pretrained_schemes: {scheme}'s language model positions "
                      f"{lm_model.max_len} tokens, fewer than the retrieval rows' "
                      f"{kv_config.data.seq_len} (kv_seq_len); leave {scheme} out")
-  lm_flat, kv_flat = (checkpoint.flatten(m.to_dict()) for m in (lm_model, kv_model))
+  lm_flat, kv_flat = (schema.flatten(m.to_dict()) for m in (lm_model, kv_model))
   differing = [k for k in sorted(set(lm_flat) | set(kv_flat))
                if k not in schema.RUNTIME_KEYS and lm_flat.get(k) != kv_flat.get(k)]
   if differing:
@@ -277,7 +277,8 @@ def run(config, workdir: str) -> None:
                                              f"{s} (LM-pretrained)", lm_run(s),
                                              variants[s]["max_len"]) for s in pt_schemes}
 
-  results = {"agreement": {}, "census": {}, "retrieval": {}, "retrieval_criterion": {},
+  results = {"dataset": lm_config.data.name,  # replication.py compares only like with like
+             "agreement": {}, "census": {}, "retrieval": {}, "retrieval_criterion": {},
              "retrieval_lm_pretrained": {}, "retrieval_criterion_lm_pretrained": {},
              "kv_train_pairs": exp.kv_train_pairs, "kv_min_pairs": exp.kv_min_pairs,
              "kv_criterion": exp.kv_criterion, "kv_check_items": exp.kv_check_items,

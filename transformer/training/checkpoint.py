@@ -174,7 +174,7 @@ def read_config(manager, step: int) -> ml_collections.ConfigDict:
 def differences(saved_config, config, keys=None) -> list[tuple[str, Any, Any]]:
   """(key, saved, now) for the flat keys that differ; `keys` filters by name."""
   # JSON (the saved config) has no tuples: compare (-1, 1, 1) and [-1, 1, 1] as equal.
-  saved, now = ({k: tuple(v) if isinstance(v, list) else v for k, v in flatten(c).items()}
+  saved, now = ({k: tuple(v) if isinstance(v, list) else v for k, v in schema.flatten(c).items()}
                 for c in (saved_config.to_dict(), config.to_dict()))
   return [(k, saved.get(k), now.get(k)) for k in sorted(set(saved) | set(now))
           if saved.get(k) != now.get(k) and (keys is None or keys(k))]
@@ -194,7 +194,7 @@ def check_compatible(saved_config, config, directory: str) -> None:
   if model:
     raise ValueError(f"{directory} holds a checkpoint of a different model "
                      f"({describe(model)}); use a new --workdir or the saved config")
-  saved_keys = set(flatten(saved_config.to_dict()))
+  saved_keys = set(schema.flatten(saved_config.to_dict()))
   stream = differences(saved_config, config, lambda k: k in saved_keys and (
       k in schema.STREAM_KEYS or k.startswith("data.") and k not in schema.RELOCATABLE_DATA_KEYS))
   if stream:
@@ -273,13 +273,3 @@ def tokenizer_dir(workdir: str) -> str:
   """Where a run keeps its tokenizer files, so inference finds the one it trained with."""
   return os.path.join(os.path.abspath(workdir), "tokenizer")
 
-
-def flatten(d: dict, prefix: str = "") -> dict:
-  """{"a": {"b": 1}} -> {"a.b": 1}: configs as flat key lists, for diffs and summaries."""
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(flatten(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out

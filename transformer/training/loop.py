@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from transformer import data
+from transformer import data, schema
 from transformer.analysis import model_stats
 from transformer.model import models
 from transformer.training import (checkpoint, init_from, losses, optim, preemption, profiling,
@@ -387,7 +387,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
         "loss_floor": None if floor is None else floor["loss_floor"],
         "loss_floor_exact": None if floor is None else floor["exact"],
         "loss_floor_z": None if floor is None else floor["z"],
-        "config": checkpoint.flatten(config.to_dict()),
+        "config": schema.flatten(config.to_dict()),
     }
     log.summary(summary)
     versus = "" if unigram is None else f" (unigram entropy {unigram:.4f}" + (

@@ -22,7 +22,8 @@ import jax
 import numpy as np
 import tqdm
 
-from transformer.training import checkpoint, metrics_file, tensorboard_events, wandb_log
+from transformer import schema
+from transformer.training import metrics_file, tensorboard_events, wandb_log
 from transformer.training.tensorboard_events import EventWriter
 
 
@@ -127,7 +128,7 @@ class RunLog:
     self._events.text("config", "".join("    " + line for line in text.splitlines(True)),
                       self.start_step)
     if self._wandb:
-      self._wandb.config(checkpoint.flatten(config.to_dict()))
+      self._wandb.config(schema.flatten(config.to_dict()))
     if os.path.exists(path):
       with open(path) as f:
         if f.read() == text:
