@@ -32,6 +32,11 @@ to run it, in order):
                    prior D/N per budget (the corrected grid's measured minima), 3 seeds at the
                    3 nearest, data.size=large, the committed lr law; budget by budget
   ablation_extended  the extended grid's models and budgets, one seed, original settings
+  extended_deep    the extended grid with at least 3 layers (Kaplan et al. 2020, fig. 6: 1- and
+                   2-layer models fall off the trend the deeper ones follow; the extended
+                   grid's 2-layer shapes lay 0.006-0.031 nats above their neighbours): the same
+                   sizes, budgets, seeds and settings; where no 3-layer shape at d_ff = 4
+                   d_model is within 10% of a size (3.5e4), d_ff = 3 or 2 d_model
   stdlib           python_stdlib, corrected settings, budgets it can feed at <= 4 epochs
   gpu              budgets 1e17..1e19, sizes 5M..1B, seq_len 1024: for launch/slurm.py and
                    launch/tpu_vm.sh (not for a CPU)
@@ -139,6 +144,13 @@ def _extended(config):
                       lr_law=LR_LAW_COMMITTED, run_order="budget")
 
 
+def _extended_deep(config):
+  _extended(config)
+  # Changes three of the ladder's shapes: 3.5e4 (3 layers, d_ff 2 d_model), 6.98e4 (5 layers)
+  # and 3.93e5 (3 layers of d_model 96); every other run is the extended grid's.
+  config.sweep.update(min_layers=3, ffn_fallback="3,2")
+
+
 def _ablation(config, flops="non_embedding", warmup=False, grid=None):
   (grid or _corrected)(config)
   config.sweep.update(seeds=1)  # the grid's models and budgets, one seed
@@ -175,6 +187,7 @@ DESIGNS = {"isoflop": _isoflop, "tokens": _tokens, "lr": _lr, "random": _random,
            "ablation_flops": lambda c: _ablation(c, "total"),
            "ablation_warmup": lambda c: _ablation(c, "total", warmup=True),
            "stdlib": _stdlib, "gpu": _gpu, "extended": _extended,
+           "extended_deep": _extended_deep,
            "ablation_extended": lambda c: _ablation(c, grid=_extended)}
 _ORIGINAL = ("isoflop", "tokens", "lr", "random")
 
@@ -228,7 +241,7 @@ def get_config(arg: str | None = None):
     # exact too). medium: 5e5 documents, ~2.3e7 tokens, so the largest budget's smallest
     # model reads its data ~1.3 times.
     config.data.update(doc_sentences="1,1", max_doc_tokens=config.data.seq_len, size="medium")
-    if args.design.endswith("extended"):  # large: 2e6 documents, so 1e14's smallest model reads
+    if "extended" in args.design:  # large: 2e6 documents, so 1e14's smallest model reads
       config.data.size = "large"   # its data < 2 times
   if args.doc_sentences:
     config.data.doc_sentences = args.doc_sentences

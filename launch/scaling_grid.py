@@ -102,7 +102,9 @@ def expand(config, sweep) -> list[dict]:
         size, aspect_ratio=sweep.aspect_ratio, head_dim=sweep.head_dim,
         ffn_ratio=sweep.ffn_ratio, min_layers=get("min_layers", 1),
         min_heads=get("min_heads", 1), small_head_dim=get("small_head_dim", 0),
-        count=size_conv, vocab_size=vocab if size_conv == "total" else 0, tie_embeddings=tie)
+        count=size_conv, vocab_size=vocab if size_conv == "total" else 0, tie_embeddings=tie,
+        ffn_fallback=tuple(int(r) for r in numbers(get("ffn_fallback", ""), "ffn_fallback"))
+        if get("ffn_fallback", "") else ())
     model = config.model.to_dict() | shape
     models[size] = (shape, shapes.param_counts(model),
                     {c: shapes.flops_per_token(model, seq_len, c)

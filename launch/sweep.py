@@ -59,6 +59,7 @@ def default_config() -> ml_collections.ConfigDict:
       aspect_ratio=32.0,  # d_model / num_layers of the shape rule
       head_dim=32,
       ffn_ratio=4,  # d_ff / d_model
+      ffn_fallback="",  # d_ff ratios tried in order where no ffn_ratio shape is within 10%
       min_steps=20,  # IsoFLOP points that would train for fewer steps are dropped
       min_tokens_per_param=0.0,  # ... and those outside this range of D / N (0: no bound)
       max_tokens_per_param=0.0,

@@ -106,6 +106,39 @@ def test_extended_grid_brackets_every_prior_with_two_sizes_each_side():
     sweep.expand(config)
 
 
+def test_ffn_fallback_only_where_the_ratio_4_shape_misses_by_more_than_10_percent():
+  rule = dict(min_layers=3, min_heads=2, small_head_dim=16, count="total", vocab_size=260)
+  plain = shapes.shape_for_size(3.5e4, **rule)
+  assert plain["d_ff"] == 4 * plain["d_model"]
+  assert shapes.param_counts(dict(plain, vocab_size=260))["total"] / 3.5e4 > 1.1
+  s = shapes.shape_for_size(3.5e4, ffn_fallback=(3, 2), **rule)
+  n = shapes.param_counts(dict(s, vocab_size=260))["total"]
+  assert s["num_layers"] >= 3 and abs(n / 3.5e4 - 1) <= 0.10 and s["d_ff"] == 2 * s["d_model"]
+  # A target the ratio-4 rule meets keeps its shape; one no ratio meets keeps ratio 4's.
+  assert shapes.shape_for_size(1.39e5, ffn_fallback=(3, 2), **rule) == \
+      shapes.shape_for_size(1.39e5, **rule)
+  assert shapes.shape_for_size(1e3, ffn_fallback=(3,), **rule) == \
+      shapes.shape_for_size(1e3, **rule)
+
+
+def test_extended_deep_changes_only_the_shapes_below_three_layers():
+  extended = {r["name"]: r for r in sweep.expand(_design("extended"))}
+  config = _design("extended_deep")
+  deep = {r["name"]: r for r in sweep.expand(config)}
+  assert set(deep) == set(extended)  # the same sizes, budgets and seeds
+  changed = set()
+  for name, r in deep.items():
+    model, old = _model(config, r), _model(config, extended[name])
+    assert model["num_layers"] >= 3 and model["num_heads"] >= 2
+    assert abs(r["params_total"] / r["target_size"] - 1) <= 0.10
+    assert abs(r["flops_total"] / r["budget"] - 1) < 0.01 and r["overrides"]["train.steps"] >= 500
+    if old["num_layers"] < 3:
+      changed.add(r["target_size"])
+    else:
+      assert r["overrides"] == extended[name]["overrides"]
+  assert changed == {3.5e4, 6.98e4, 3.93e5}
+
+
 def test_ablation_steps_differ_only_in_their_settings():
   corrected = sweep.expand(_design("corrected", lr_law="0.05,-0.3"))
   old = _design("ablation")

@@ -58,7 +58,8 @@ def _widths(ideal: float, head_dim: int, small_head_dim: int, min_heads: int) ->
 def shape_for_size(target: float, *, aspect_ratio: float = 32.0, head_dim: int = 32,
                    ffn_ratio: int = 4, min_layers: int = 1, min_heads: int = 1,
                    small_head_dim: int = 0, count: str = "non_embedding",
-                   vocab_size: int = 0, tie_embeddings: bool = True) -> dict:
+                   vocab_size: int = 0, tie_embeddings: bool = True,
+                   ffn_fallback: tuple = ()) -> dict:
   """Decoder shape (config.model overrides) whose `count` parameters are near `target`.
 
   The defaults are the original rule (one layer and one head allowed, head_dim 32
@@ -67,7 +68,26 @@ def shape_for_size(target: float, *, aspect_ratio: float = 32.0, head_dim: int =
   model is d_model 32 with two heads) and count="total" (vocab_size given), and searches
   depths L0-3 .. L0+3 (any shape within 4% of the target
   goes by the aspect ratio) so the achieved size lands within 10% of the target (tested).
+
+  ffn_fallback: d_ff ratios to try, in order, when no shape at ffn_ratio lands within 10% of
+  the target; the first that does wins (extended_deep: min_layers=3 leaves no ratio-4 shape
+  near 3.5e4 parameters, and ratio 2 has one). A ratio that also misses leaves the ffn_ratio
+  shape, so a target the rule cannot meet still gets its nearest shape.
   """
+  shape = _shape_for_size(target, aspect_ratio, head_dim, ffn_ratio, min_layers, min_heads,
+                          small_head_dim, count, vocab_size, tie_embeddings)
+  miss = lambda s: abs(math.log(param_counts(
+      dict(s, vocab_size=vocab_size, ffn="gelu", tie_embeddings=tie_embeddings))[count] / target))
+  for ratio in ffn_fallback if miss(shape) > math.log(1.1) else ():
+    other = _shape_for_size(target, aspect_ratio, head_dim, ratio, min_layers, min_heads,
+                            small_head_dim, count, vocab_size, tie_embeddings)
+    if miss(other) <= math.log(1.1):
+      return other
+  return shape
+
+
+def _shape_for_size(target, aspect_ratio, head_dim, ffn_ratio, min_layers, min_heads,
+                    small_head_dim, count, vocab_size, tie_embeddings) -> dict:
   if not target > 0:
     raise ValueError(f"target size must be positive, got {target}")
   if head_dim < 1 or ffn_ratio < 1 or aspect_ratio <= 0 or min_layers < 1 or min_heads < 1:
