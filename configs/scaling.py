@@ -37,6 +37,7 @@ to run it, in order):
                    grid's 2-layer shapes lay 0.006-0.031 nats above their neighbours): the same
                    sizes, budgets, seeds and settings; where no 3-layer shape at d_ff = 4
                    d_model is within 10% of a size (3.5e4), d_ff = 3 or 2 d_model
+  ablation_extended_deep  its models and budgets, one seed, original settings
   stdlib           python_stdlib, corrected settings, budgets it can feed at <= 4 epochs
   gpu              budgets 1e17..1e19, sizes 5M..1B, seq_len 1024: for launch/slurm.py and
                    launch/tpu_vm.sh (not for a CPU)
@@ -188,7 +189,8 @@ DESIGNS = {"isoflop": _isoflop, "tokens": _tokens, "lr": _lr, "random": _random,
            "ablation_warmup": lambda c: _ablation(c, "total", warmup=True),
            "stdlib": _stdlib, "gpu": _gpu, "extended": _extended,
            "extended_deep": _extended_deep,
-           "ablation_extended": lambda c: _ablation(c, grid=_extended)}
+           "ablation_extended": lambda c: _ablation(c, grid=_extended),
+           "ablation_extended_deep": lambda c: _ablation(c, grid=_extended_deep)}
 _ORIGINAL = ("isoflop", "tokens", "lr", "random")
 
 

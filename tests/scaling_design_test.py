@@ -137,6 +137,15 @@ def test_extended_deep_changes_only_the_shapes_below_three_layers():
     else:
       assert r["overrides"] == extended[name]["overrides"]
   assert changed == {3.5e4, 6.98e4, 3.93e5}
+  # Its ablation: the ablation_extended runs, with the deep grid's shapes.
+  original = {r["name"]: r for r in sweep.expand(_design("ablation_extended"))}
+  ablation = sweep.expand(_design("ablation_extended_deep"))
+  assert {r["name"] for r in ablation} == set(original)
+  shape_of = lambda run: {k: v for k, v in run["overrides"].items() if k.startswith("model.")}
+  for r in ablation:
+    assert shape_of(r) == shape_of(deep[r["name"]])
+    assert (r["overrides"] == original[r["name"]]["overrides"]) == \
+        (r["target_size"] not in changed)
 
 
 def test_ablation_steps_differ_only_in_their_settings():
