@@ -15,7 +15,6 @@ import json
 import os
 
 from transformer import data, schema
-from transformer.training import checkpoint
 
 
 def get_config(arg: str | None = None):
@@ -31,8 +30,8 @@ def get_config(arg: str | None = None):
   config = schema.experiment_config(
       schema.model_config(kind=kind), data.default_config(),
       schema.objective_config(saved["objective"]["name"]))
-  flat = checkpoint.flatten(config.to_dict())
-  for key, value in checkpoint.flatten(saved).items():
+  flat = schema.flatten(config.to_dict())
+  for key, value in schema.flatten(saved).items():
     if key in flat and not key.startswith(("train.", "opt.")):
       node = config
       *parents, leaf = key.split(".")
