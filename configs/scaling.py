@@ -38,6 +38,9 @@ to run it, in order):
                    sizes, budgets, seeds and settings; where no 3-layer shape at d_ff = 4
                    d_model is within 10% of a size (3.5e4), d_ff = 3 or 2 d_model
   ablation_extended_deep  its models and budgets, one seed, original settings
+  extended_deep_window  the deep grid with every ladder size inside each budget's +-0.5-decade
+                   window (max_sizes 7, not 6): 3 more runs, among them 6.98e4 at 3e13, the
+                   second size left of that budget's measured minimum (point 5)
   stdlib           python_stdlib, corrected settings, budgets it can feed at <= 4 epochs
   gpu              budgets 1e17..1e19, sizes 5M..1B, seq_len 1024: for launch/slurm.py and
                    launch/tpu_vm.sh (not for a CPU)
@@ -152,6 +155,13 @@ def _extended_deep(config):
   config.sweep.update(min_layers=3, ffn_fallback="3,2")
 
 
+def _extended_deep_window(config):
+  _extended_deep(config)
+  # The window holds 7 ladder sizes at 3e12, 1e13 and 3e13; the cap at 6 dropped 6.98e4 at
+  # 3e13, which the deep grid's measured minimum there (1.39e5) needs as its second left size.
+  config.sweep.update(max_sizes=7)
+
+
 def _ablation(config, flops="non_embedding", warmup=False, grid=None):
   (grid or _corrected)(config)
   config.sweep.update(seeds=1)  # the grid's models and budgets, one seed
@@ -188,7 +198,7 @@ DESIGNS = {"isoflop": _isoflop, "tokens": _tokens, "lr": _lr, "random": _random,
            "ablation_flops": lambda c: _ablation(c, "total"),
            "ablation_warmup": lambda c: _ablation(c, "total", warmup=True),
            "stdlib": _stdlib, "gpu": _gpu, "extended": _extended,
-           "extended_deep": _extended_deep,
+           "extended_deep": _extended_deep, "extended_deep_window": _extended_deep_window,
            "ablation_extended": lambda c: _ablation(c, grid=_extended),
            "ablation_extended_deep": lambda c: _ablation(c, grid=_extended_deep)}
 _ORIGINAL = ("isoflop", "tokens", "lr", "random")

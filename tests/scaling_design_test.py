@@ -148,6 +148,26 @@ def test_extended_deep_changes_only_the_shapes_below_three_layers():
         (r["target_size"] not in changed)
 
 
+def test_extended_deep_window_adds_only_the_window_sizes_the_cap_dropped():
+  deep = {r["name"]: r for r in sweep.expand(_design("extended_deep"))}
+  config = _design("extended_deep_window")
+  window = {r["name"]: r for r in sweep.expand(config)}
+  assert all(window[name]["overrides"] == r["overrides"] for name, r in deep.items())
+  added = [window[name] for name in set(window) - set(deep)]
+  assert {(r["target_size"], r["budget"]) for r in added} == \
+      {(2.78e5, 3e12), (4.94e4, 1e13), (6.98e4, 3e13)}
+  for r in added:  # one seed each, inside the window, the rule's shape and >= 500 steps
+    assert r["seed"] == 0 and r["overrides"]["train.steps"] >= 500
+    assert _model(config, r)["num_layers"] >= 3
+  # Every budget now holds every ladder size within +-0.5 decade of its prior optimum.
+  priors = [float(p) for p in config.sweep.tokens_per_param_priors.split(",")]
+  ladder = [float(n) for n in config.sweep.sizes.split(",")]
+  for budget, prior in zip([float(c) for c in config.sweep.budgets.split(",")], priors):
+    n_opt = (budget / (6 * prior)) ** 0.5
+    inside = {n for n in ladder if abs(np.log10(n / n_opt)) <= 0.5}
+    assert inside == {r["target_size"] for r in window.values() if r["budget"] == budget}
+
+
 def test_ablation_steps_differ_only_in_their_settings():
   corrected = sweep.expand(_design("corrected", lr_law="0.05,-0.3"))
   old = _design("ablation")
