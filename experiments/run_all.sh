@@ -104,6 +104,33 @@ done
 $PY -m experiments.scaling.ablation --out "$OUT" \
     "$S/ablation" "$S/ablation_flops" "$S/ablation_warmup" "$S/corrected"
 
+# The extended grid (1e12-1e14, so every minimum can have two sizes on each side), its deep
+# variant (>= 3 layers), the deep grid with every size of each budget's window, and the two
+# ablations (the original settings on the extended and the deep grids' models). Each derived
+# grid first copies the finished runs its design leaves unchanged (checked against their
+# configs), then trains the rest.
+derive() {  # derive FROM TO: copy FROM's runs that TO's design leaves unchanged
+  PYTHONPATH=. $PY experiments/records/scripts/copy_unchanged_runs.py "$1" "$2" "$S/$1" "$S/$2"
+}
+table() {  # table ABLATION GRID: the ablation table, published as ABLATION.{md,json,png}
+  $PY -m experiments.scaling.ablation --out "$S/$1/table" "$S/$1" "$S/$2"
+  for f in "$S/$1/table"/ablation.*; do cp "$f" "$OUT/$1.${f##*.}"; done
+}
+for design in extended extended_deep extended_deep_window ablation_extended ablation_extended_deep; do
+  step scaling $design
+  case $design in
+    extended_deep) derive extended extended_deep ;;
+    extended_deep_window) derive extended_deep extended_deep_window ;;
+    ablation_extended_deep) derive ablation_extended ablation_extended_deep ;;
+  esac
+  $PY -m launch.local --config configs/scaling.py:design=$design --workdir "$S/$design" --parallel 2
+  save
+  $PY -m experiments.scaling.fit --workdir "$S/$design" --min_layers 2 --bootstrap 1000
+  publish "$S/$design" "$OUT" "${design}_"
+done
+table ablation_extended extended
+table ablation_extended_deep extended_deep
+
 # python_stdlib: a consistency check at the budgets it can feed (<= 4 epochs), and extrapolation.
 step scaling python_stdlib
 $PY -m launch.local --config configs/scaling.py:design=stdlib --workdir "$RUNS/scaling/python_stdlib" \

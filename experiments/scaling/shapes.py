@@ -74,13 +74,14 @@ def shape_for_size(target: float, *, aspect_ratio: float = 32.0, head_dim: int =
   near 3.5e4 parameters, and ratio 2 has one). A ratio that also misses leaves the ffn_ratio
   shape, so a target the rule cannot meet still gets its nearest shape.
   """
-  shape = _shape_for_size(target, aspect_ratio, head_dim, ffn_ratio, min_layers, min_heads,
-                          small_head_dim, count, vocab_size, tie_embeddings)
+  shape_with = lambda ratio: _shape_for_size(target, aspect_ratio, head_dim, ratio, min_layers,
+                                             min_heads, small_head_dim, count, vocab_size,
+                                             tie_embeddings)
+  shape = shape_with(ffn_ratio)
   miss = lambda s: abs(math.log(param_counts(
       dict(s, vocab_size=vocab_size, ffn="gelu", tie_embeddings=tie_embeddings))[count] / target))
   for ratio in ffn_fallback if miss(shape) > math.log(1.1) else ():
-    other = _shape_for_size(target, aspect_ratio, head_dim, ratio, min_layers, min_heads,
-                            small_head_dim, count, vocab_size, tie_embeddings)
+    other = shape_with(ratio)
     if miss(other) <= math.log(1.1):
       return other
   return shape
