@@ -40,7 +40,8 @@ to run it, in order):
   ablation_extended_deep  its models and budgets, one seed, original settings
   extended_deep_window  the deep grid with every ladder size inside each budget's +-0.5-decade
                    window (max_sizes 7, not 6): 3 more runs, among them 6.98e4 at 3e13, the
-                   second size left of that budget's measured minimum (point 5)
+                   second size left of that budget's measured minimum (point 5); and 3 seeds
+                   at the 3 sizes nearest each measured minimum (4 more runs at 3e13 and 1e14)
   stdlib           python_stdlib, corrected settings, budgets it can feed at <= 4 epochs
   gpu              budgets 1e17..1e19, sizes 5M..1B, seq_len 1024: for launch/slurm.py and
                    launch/tpu_vm.sh (not for a CPU)
@@ -160,6 +161,10 @@ def _extended_deep_window(config):
   # The window holds 7 ladder sizes at 3e12, 1e13 and 3e13; the cap at 6 dropped 6.98e4 at
   # 3e13, which the deep grid's measured minimum there (1.39e5) needs as its second left size.
   config.sweep.update(max_sizes=7)
+  # The best seed mean per budget over those 63 runs (results/grammar_corpus/
+  # extended_deep_window_results.md); the prior put seeds at 2.78e5, not 9.86e4, at 3e13, and
+  # at 5.55e5, not 1.97e5, at 1e14. Runs are kept, so a second stage only adds seeds.
+  config.sweep.update(seed_minima="6.98e4,9.86e4,1.39e5,1.39e5,2.78e5")
 
 
 def _ablation(config, flops="non_embedding", warmup=False, grid=None):

@@ -110,8 +110,12 @@ def expand(config, sweep) -> list[dict]:
                     {c: shapes.flops_per_token(model, seq_len, c)
                      for c in shapes.FLOPS_CONVENTIONS})
   priors = _priors(get, targets, isoflop)
+  minima = numbers(get("seed_minima", ""), "seed_minima") if get("seed_minima", "") else []
+  if minima and (not isoflop or len(minima) != len(targets)):
+    raise ValueError(f"sweep.seed_minima gives {len(minima)} sizes; give one measured minimum "
+                     f"per IsoFLOP budget ({len(targets) if isoflop else 0}), or leave it empty")
   runs = []
-  for target, budget_batch, prior in zip(targets, batches, priors):
+  for k, (target, budget_batch, prior) in enumerate(zip(targets, batches, priors)):
     chosen = list(sizes)
     centre = _predicted_optimum(target, prior) if isoflop else 0
     if isoflop and get("window", 0):
@@ -125,6 +129,8 @@ def expand(config, sweep) -> list[dict]:
     if isoflop and get("seed_tokens_per_param", 0):
       seeded |= _nearest(chosen, _predicted_optimum(target, get("seed_tokens_per_param", 0)),
                          get("seed_sizes", 0))
+    if minima:  # seeds at the sizes nearest each budget's measured minimum too
+      seeded |= _nearest(chosen, minima[k], get("seed_sizes", 0))
     budget_runs = []
     for size in chosen:
       shape, counts, per_token = models[size]

@@ -82,6 +82,7 @@ def default_config() -> ml_collections.ConfigDict:
       seed_sizes=0,  # ... at the seed_sizes sizes nearest each budget's predicted optimum (0: all)
       seed_tokens_per_param=0.0,  # > 0: and at the seed_sizes nearest sqrt(C / (6 r)) for
                                   # r = this (the measured D/N at the minima, second stage)
+      seed_minima="",  # one size per budget (a measured minimum): and at the seed_sizes nearest it
       lrs="",  # a learning-rate axis: every (size, budget) at each of these opt.lr
       tokens_per_param=0.0,  # > 0: D = this x N (the lr sweep's ~20), instead of budgets/tokens
       lr_law="",  # "COEF,EXPONENT" or a json {coef, exponent}: opt.lr = COEF * N^EXPONENT

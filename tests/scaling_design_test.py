@@ -154,11 +154,18 @@ def test_extended_deep_window_adds_only_the_window_sizes_the_cap_dropped():
   window = {r["name"]: r for r in sweep.expand(config)}
   assert all(window[name]["overrides"] == r["overrides"] for name, r in deep.items())
   added = [window[name] for name in set(window) - set(deep)]
-  assert {(r["target_size"], r["budget"]) for r in added} == \
-      {(2.78e5, 3e12), (4.94e4, 1e13), (6.98e4, 3e13)}
-  for r in added:  # one seed each, inside the window, the rule's shape and >= 500 steps
-    assert r["seed"] == 0 and r["overrides"]["train.steps"] >= 500
-    assert _model(config, r)["num_layers"] >= 3
+  assert {(r["target_size"], r["budget"], r["seed"]) for r in added} == \
+      {(2.78e5, 3e12, 0), (4.94e4, 1e13, 0), (6.98e4, 3e13, 0),  # the window's sizes
+       (9.86e4, 3e13, 1), (9.86e4, 3e13, 2), (1.97e5, 1e14, 1), (1.97e5, 1e14, 2)}  # seeds
+  for r in added:
+    assert r["overrides"]["train.steps"] >= 500 and _model(config, r)["num_layers"] >= 3
+  # 3 seeds at the 3 sizes nearest each budget's measured minimum (sweep.seed_minima).
+  minima = [float(n) for n in config.sweep.seed_minima.split(",")]
+  for budget, best in zip([float(c) for c in config.sweep.budgets.split(",")], minima):
+    runs = [r for r in window.values() if r["budget"] == budget]
+    sizes = sorted({r["target_size"] for r in runs}, key=lambda n: abs(np.log(n / best)))
+    for size in sizes[:3]:
+      assert {r["seed"] for r in runs if r["target_size"] == size} == {0, 1, 2}, (budget, size)
   # Every budget now holds every ladder size within +-0.5 decade of its prior optimum.
   priors = [float(p) for p in config.sweep.tokens_per_param_priors.split(",")]
   ladder = [float(n) for n in config.sweep.sizes.split(",")]
@@ -166,6 +173,13 @@ def test_extended_deep_window_adds_only_the_window_sizes_the_cap_dropped():
     n_opt = (budget / (6 * prior)) ** 0.5
     inside = {n for n in ladder if abs(np.log10(n / n_opt)) <= 0.5}
     assert inside == {r["target_size"] for r in window.values() if r["budget"] == budget}
+
+
+def test_seed_minima_needs_one_size_per_budget():
+  config = _design("extended_deep_window")
+  config.sweep.seed_minima = "1e5,2e5"
+  with pytest.raises(ValueError, match="give one measured minimum per IsoFLOP budget"):
+    sweep.expand(config)
 
 
 def test_ablation_steps_differ_only_in_their_settings():

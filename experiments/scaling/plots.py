@@ -249,7 +249,7 @@ def _label_points(nn, dd, loss, levels):
 
 def plot_ablation(path, table):
   """N_opt against C for every grid of an ablation table: its IsoFLOP minima (filled where
-  approach 2's power law uses them, hollow where the minimum is not bracketed) with 95%
+  approach 2's power law uses them, hollow where the minimum lies outside its sizes) with 95%
   intervals, and the power law; the legend gives approach 2's and 3's a."""
   fig, ax = plt.subplots(figsize=(7.5, 4.8))
   for i, row in enumerate(table["rows"]):
@@ -273,7 +273,7 @@ def plot_ablation(path, table):
       ax.plot([], [], "o", color=color, label=label)
   ax.set(xscale="log", yscale="log", xlabel="training compute C (FLOPs, each grid's convention)",
          ylabel="compute-optimal parameters N_opt", title="IsoFLOP minima per grid, 95% intervals "
-         "(hollow: not bracketed, left out of the fit)")
+         "(hollow: minimum outside the sizes, not fitted)")
   ax.grid(True, which="both", alpha=0.3)
   ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
   return _save(fig, path)
