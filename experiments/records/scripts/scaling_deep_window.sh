@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # scaling_deep_window.sh PARALLEL: issue 18's extended_deep_window grid (configs/scaling.py) from
-# the frozen 0960d60. Its 60 runs that equal the deep grid's are copied from that grid's
+# the frozen 0960d60 (its first 63 runs), then ca5e0c8 (the 4 seeds at the measured minima). Its 60 runs that equal the deep grid's are copied from that grid's
 # workdir (checked against each run's config.json); the 3 sizes new to the window train.
 # Waits for the deep ablation to finish first (it holds both cores).
 # Resumable: rerun it; finished runs are skipped, interrupted ones resume from their checkpoint.
 set -u
-F=/work/frozen-0960d60
+F=/work/frozen-ca5e0c8
 D=/work/runs/scaling/grammar_corpus/extended_deep
 W=/work/runs/scaling/grammar_corpus/extended_deep_window
 until grep -q "scaling_deep_ablation grid rc" /work/runs/scaling_deep_ablation.log; do sleep 30; done
