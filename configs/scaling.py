@@ -229,7 +229,7 @@ def _tiny(config, design):
     return
   # Two budgets of three sizes; one seed pair; a literal lr law (no lr sweep to read).
   s.update(sizes="3.5e4,5.55e4,8.79e4", budgets="2e9,4e9", batch_sizes="4,4", window=0.0,
-           tokens_per_param_priors="", max_sizes=0,
+           tokens_per_param_priors="", max_sizes=0, seed_minima="",
            seeds=2 if design == "corrected" else 1, seed_sizes=1,
            lr_law="" if design.startswith("ablation") else "0.1,-0.3")
   if design == "gpu":
