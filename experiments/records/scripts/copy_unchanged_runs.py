@@ -1,6 +1,7 @@
 """copy_unchanged_runs.py OLD_DESIGN NEW_DESIGN OLD_DIR NEW_DIR: copy into NEW_DIR every finished
 run of OLD_DIR (a configs/scaling.py:design=OLD_DESIGN sweep) whose overrides NEW_DESIGN declares
-unchanged (runs new to NEW_DESIGN train), after checking each against the run's config.json; runs NEW_DIR holds are kept.
+unchanged (runs new to NEW_DESIGN train), after checking each against the run's config.json;
+runs NEW_DIR holds are kept.
 Run it from a frozen checkout with PYTHONPATH set to it (scaling_deep.sh does)."""
 import json
 import os
