@@ -271,17 +271,18 @@ def test_unsupported_models_are_refused(kind, overrides, message):
 
 
 MESH_SCRIPT = """
-import json, jax, numpy as np
+import itertools, json, jax, numpy as np
 from jax.sharding import Mesh
 from transformer.schema import model_config, position_config
 from transformer.inference import decode
 from transformer.model import models
 assert jax.device_count() == 2, jax.devices()
 out = {}
-for kind in ("decoder", "encoder_decoder"):
-  cfg = model_config(kind=kind, vocab_size=37, d_model=32, num_layers=2, num_heads=4,
-                     num_kv_heads=2, d_ff=48, max_len=32, position=position_config("rope"),
-                     attention="dense")
+# dense: XLA's steps; auto at head size 16: the cached CPU kernel's, partitioned by row.
+for kind, attention in itertools.product(("decoder", "encoder_decoder"), ("dense", "auto")):
+  cfg = model_config(kind=kind, vocab_size=37, d_model=32 if attention == "dense" else 64,
+                     num_layers=2, num_heads=4, num_kv_heads=2, d_ff=48, max_len=32,
+                     position=position_config("rope"), attention=attention)
   model = models.make_model(cfg)
   params = model.init(jax.random.key(0), *models.dummy_inputs(cfg, 1, 8))["params"]
   # Three rows over two devices: the split pads a row and drops it again.
@@ -290,7 +291,7 @@ for kind in ("decoder", "encoder_decoder"):
   run = lambda mesh: decode.generate(model, params, prompts, max_new_tokens=6, stop_tokens=(),
                                      encoder_inputs=enc, return_logits=True, mesh=mesh)
   (one, one_logits), (two, two_logits) = run(None), run(Mesh(np.array(jax.devices()), ("data",)))
-  out[kind] = dict(equal=bool(np.array_equal(one, two)), shape=list(two.shape),
+  out[f"{kind}/{attention}"] = dict(equal=bool(np.array_equal(one, two)), shape=list(two.shape),
                    logits=float(np.abs(one_logits - two_logits).max()))
 try:
   decode.generate(model, params, prompts, max_new_tokens=2, encoder_inputs=enc,
@@ -303,8 +304,8 @@ print(json.dumps(out))
 
 def test_rows_split_over_a_mesh_decode_as_on_one_device():
   """generate(mesh=...) on two fake CPU devices: the same tokens and logits as one device,
-  three rows (one padded in and dropped), decoder and encoder-decoder; a mesh that would
-  shard the parameters is refused."""
+  three rows (one padded in and dropped), decoder and encoder-decoder, XLA's steps and the
+  cached CPU kernel's; a mesh that would shard the parameters is refused."""
   import json  # noqa: PLC0415
   import os  # noqa: PLC0415
   import subprocess  # noqa: PLC0415
@@ -316,7 +317,7 @@ def test_rows_split_over_a_mesh_decode_as_on_one_device():
                         env=env, timeout=600, cwd=root)
   assert proc.returncode == 0, proc.stderr[-3000:]
   got = json.loads(proc.stdout.strip().splitlines()[-1])
-  for kind in ("decoder", "encoder_decoder"):
+  for kind in ("decoder/dense", "encoder_decoder/dense", "decoder/auto", "encoder_decoder/auto"):
     assert got[kind]["equal"] and got[kind]["shape"] == [3, 6], got
     assert got[kind]["logits"] < 1e-5, got
   assert "only its 'data' axis" in got["error"]

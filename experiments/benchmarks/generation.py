@@ -64,6 +64,9 @@ _HF = flags.DEFINE_bool("hf", True, "Compare with Hugging Face generate (interop
 _THREADS = flags.DEFINE_integer("threads", 0, "torch intra-op threads (0: all CPUs; on a loaded "
                                 "machine OpenMP's barriers wait on descheduled threads).")
 _QUICK = flags.DEFINE_bool("quick", False, "Small lengths and one repeat: a smoke test.")
+_ATTENTION = flags.DEFINE_enum("attention", "auto", ["auto", "dense"], "model.attention of the "
+                               "converted model against HF: auto steps with the cached CPU "
+                               "kernel where it applies, dense with XLA's prefix path.")
 _CPU_DEVICES = flags.DEFINE_integer("cpu_devices", 0, "XLA:CPU devices for the split column "
                                     "(0: one per core; 1: no split column).")
 QUICK = dict(new_tokens=["8", "16"], hf_new_tokens=["8", "32"], batches=["1", "2"],
@@ -161,7 +164,7 @@ def hf_gpt2(P, longest, workdir):
                                    eos_token_id=None, pad_token_id=None)
   torch_model = transformers.GPT2LMHeadModel(config).eval()
   torch_model.save_pretrained(workdir)
-  cfg, variables = hf.from_hf(workdir, dtype="float32")
+  cfg, variables = hf.from_hf(workdir, dtype="float32", attention=_ATTENTION.value)
   return torch_model, decode.frozen(models.make_model(cfg)), variables["params"]
 
 
@@ -175,8 +178,9 @@ def against_hf(lengths, batches, P, repeats):
   torch.set_num_threads(_THREADS.value or os.cpu_count())
   with tempfile.TemporaryDirectory() as tmp:
     torch_model, model, params = hf_gpt2(P, max(lengths), tmp)
-  print(f"\nW1 shape as GPT-2 (random weights, fp32, greedy), prompt {P}; transformers "
-        f"generate on torch {torch.__version__} with {torch.get_num_threads()} threads")
+  print(f"\nW1 shape as GPT-2 (random weights, fp32, greedy), prompt {P}, model.attention="
+        f"{_ATTENTION.value}; transformers generate on torch {torch.__version__} with "
+        f"{torch.get_num_threads()} threads")
   devices = jax.device_count()
   mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",)) if devices > 1 else None
   print(f"split: the rows over {devices} XLA:CPU devices (batches > 1)" if mesh else

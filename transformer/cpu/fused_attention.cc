@@ -16,16 +16,13 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
-#include <memory>
-#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
+#include "parallel.h"
 #include "vector16.h"
 
 namespace ffi = xla::ffi;
@@ -90,25 +87,6 @@ void gemm(long M, long N, long Kd, const float* A, long am, long ak, const float
     case 32: panel<2>(M, Kd, A, am, ak, B + n, ldb, C + n, ldc, acc); break;
     case 16: panel<1>(M, Kd, A, am, ak, B + n, ldb, C + n, ldc, acc); break;
   }
-}
-
-// exp(x) for x <= 0 (a score minus its row's max or log-sum-exp); 0 for x < -87 and -inf.
-// Cody-Waite reduction and Cephes' expf polynomial: within 2 ulp of expf.
-inline vf exp_nonpositive(vf x) {
-  const vf lo = set1(-87.f);
-  lanes in_range = ge(x, lo);
-  x = min(max(x, lo), zero());
-  vf n = round_nearest(mul(x, set1(1.44269504088896341f)));
-  vf r = fnmadd(n, set1(0.693359375f), x);
-  r = fnmadd(n, set1(-2.12194440e-4f), r);
-  vf p = set1(1.9875691500e-4f);
-  p = fmadd(p, r, set1(1.3981999507e-3f));
-  p = fmadd(p, r, set1(8.3334519073e-3f));
-  p = fmadd(p, r, set1(4.1665795894e-2f));
-  p = fmadd(p, r, set1(1.6666665459e-1f));
-  p = fmadd(p, r, set1(5.0000001201e-1f));
-  p = fmadd(mul(p, r), r, add(r, set1(1.f)));
-  return keep(in_range, times_exp2(p, n));
 }
 
 struct Dims {
@@ -411,37 +389,6 @@ void backward_tile(const Tile& t, const float* q, const float* k, const float* v
     key_accumulate(t, dT, q, dk, lo, hi);         // dk += ds^T . q
     key_accumulate(t, sT, dout, dv, lo, hi);      // dv += p^T . dout
   }
-}
-
-// Runs work(i) for i in [0, n) on the calling thread and up to threads - 1 pool threads.
-// The caller waits only for helpers that have started: a helper still queued behind another
-// device's computation (which may be waiting for this one in a collective) finds no work and
-// touches only the shared counters, so nothing can deadlock.
-template <class Work>
-void parallel_for(ffi::ThreadPool& pool, long threads, long n, Work work) {
-  struct Shared {
-    std::atomic<long> next{0};
-    std::atomic<long> active{0};
-    std::mutex mu;
-    std::condition_variable cv;
-  };
-  auto shared = std::make_shared<Shared>();
-  auto run = [shared, n, &work]() {
-    for (long i; (i = shared->next.fetch_add(1)) < n;) work(i);
-  };
-  long helpers = std::min(threads, n) - 1;
-  for (long h = 0; h < helpers; ++h) {
-    pool.Schedule([shared, n, run]() {
-      shared->active.fetch_add(1);
-      if (shared->next.load() < n) run();
-      std::lock_guard<std::mutex> lock(shared->mu);
-      shared->active.fetch_sub(1);
-      shared->cv.notify_all();
-    });
-  }
-  run();
-  std::unique_lock<std::mutex> lock(shared->mu);
-  shared->cv.wait(lock, [&] { return shared->active.load() == 0; });
 }
 
 Dims dims(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::F32>& k, float scale,

@@ -1,6 +1,7 @@
 """Fused exact attention for x86 CPUs with AVX-512 or AVX2 and FMA (float32):
 transformer/cpu/fused_attention.cc, compiled on first use with the system's C++ compiler and
-called through XLA's FFI.
+called through XLA's FFI. The same library holds the decoding step's kernel
+(cached_attention.cc, called from cached_attention.py).
 
 Why a kernel: XLA:CPU writes each block of scores to memory between the q.k product, the
 softmax and the p.v product (and reads them back several times in the backward pass); the
@@ -33,10 +34,13 @@ import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
 
 SOURCE = pathlib.Path(__file__).with_suffix(".cc")
-HEADER = SOURCE.with_name("vector16.h")  # its 16-float vector operations (AVX-512 or AVX2)
+SOURCES = (SOURCE, SOURCE.with_name("cached_attention.cc"))  # one library, both kernels
+# Their 16-float vector operations (AVX-512 or AVX2) and their thread-pool loop.
+HEADERS = (SOURCE.with_name("vector16.h"), SOURCE.with_name("parallel.h"))
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
 QUERY_TILE = 64  # queries per tile (QB in the source)
-_TARGETS = {"fwd": "TransformerAttentionForward", "bwd": "TransformerAttentionBackward"}
+_TARGETS = {"fwd": "TransformerAttentionForward", "bwd": "TransformerAttentionBackward",
+            "cached": "TransformerCachedAttention"}
 
 
 def _cpu_flags() -> str:
@@ -67,7 +71,8 @@ def _build() -> pathlib.Path:
   if cxx is None:
     raise RuntimeError("no C++ compiler found (set CXX)")
   flags = _flags()
-  parts = [SOURCE.read_text(), HEADER.read_text(), cxx, *flags, _cpu_flags(), jax.lib.__version__]
+  parts = [*(f.read_text() for f in SOURCES + HEADERS), cxx, *flags, _cpu_flags(),
+           jax.lib.__version__]
   key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
   name = f"cpu_attention-{key}.so"
   # A read-only home (some clusters, CI sandboxes) falls back to the temp directory.
@@ -89,7 +94,7 @@ def _build() -> pathlib.Path:
   os.close(fd)
   path = directory / name
   start = time.perf_counter()
-  cmd = [cxx, *flags, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
+  cmd = [cxx, *flags, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", tmp]
   result = subprocess.run(cmd, capture_output=True, text=True)
   if result.returncode:
     os.unlink(tmp)

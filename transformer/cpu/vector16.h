@@ -1,6 +1,7 @@
-// 16 floats (or int32s) as one vector for transformer/cpu/fused_attention.cc: one AVX-512
-// register, or two AVX2 halves on CPUs without AVX-512. Masks are 16-bit lane masks in both
-// cases. The kernel uses only these operations, so both instruction sets run the same code.
+// 16 floats (or int32s) as one vector for the CPU kernels (fused_attention.cc,
+// cached_attention.cc): one AVX-512 register, or two AVX2 halves on CPUs without AVX-512.
+// Masks are 16-bit lane masks in both cases. The kernels use only these operations, so both
+// instruction sets run the same code.
 #ifndef TRANSFORMER_CPU_VECTOR16_H_
 #define TRANSFORMER_CPU_VECTOR16_H_
 
@@ -110,8 +111,27 @@ inline lanes ge_int(vi a, vi b) {  // a >= b: not b > a
                                   _mm256_castsi256_ps(_mm256_cmpgt_epi32(b.hi, a.hi))));
 }
 #else
-#error "the fused CPU kernel needs AVX-512 or AVX2 with FMA (compile with -march=native)"
+#error "the CPU kernels need AVX-512 or AVX2 with FMA (compile with -march=native)"
 #endif
+
+// exp(x) for x <= 0 (a score minus its row's max or log-sum-exp); 0 for x < -87 and -inf.
+// Cody-Waite reduction and Cephes' expf polynomial: within 2 ulp of expf.
+inline vf exp_nonpositive(vf x) {
+  const vf lo = set1(-87.f);
+  lanes in_range = ge(x, lo);
+  x = min(max(x, lo), zero());
+  vf n = round_nearest(mul(x, set1(1.44269504088896341f)));
+  vf r = fnmadd(n, set1(0.693359375f), x);
+  r = fnmadd(n, set1(-2.12194440e-4f), r);
+  vf p = set1(1.9875691500e-4f);
+  p = fmadd(p, r, set1(1.3981999507e-3f));
+  p = fmadd(p, r, set1(8.3334519073e-3f));
+  p = fmadd(p, r, set1(4.1665795894e-2f));
+  p = fmadd(p, r, set1(1.6666665459e-1f));
+  p = fmadd(p, r, set1(5.0000001201e-1f));
+  p = fmadd(mul(p, r), r, add(r, set1(1.f)));
+  return keep(in_range, times_exp2(p, n));
+}
 
 }  // namespace
 

@@ -24,6 +24,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from transformer.cpu import cached_attention
 from transformer.model.attention.layout import Layout
 from transformer.model.attention.reference import masked_softmax
 
@@ -103,9 +104,14 @@ def _prefix(q_BKXH, k_blocks, v_blocks, layout: Layout, terms, scale):
   return out_BKXH
 
 
-def cached(q_BLNH, k_blocks, v_blocks, layout: Layout, terms, *, scale, filled=None):
+def cached(q_BLNH, k_blocks, v_blocks, layout: Layout, terms, *, scale, filled=None,
+           kernel=False):
   """out_BLNH of the queries over the first `filled` slots of a cache held as blocks
   [B, K, b_j, H] (to_blocks), S_cache slots in all.
+
+  `kernel`: use the CPU kernel (transformer/cpu/cached_attention.py) where it applies. It
+  reads exactly the filled slots with every core of the device; elsewhere (another backend,
+  a score bias, no AVX2) the prefixes below run.
 
   `filled` defaults to what the layout's queries have written (filled_slots): the layout's
   keys describe the cache slots (decode.step_layout). Blocks past the chosen prefix are never
@@ -118,6 +124,10 @@ def cached(q_BLNH, k_blocks, v_blocks, layout: Layout, terms, *, scale, filled=N
   lengths = tuple(itertools.accumulate(kb.shape[2] for kb in k_blocks))
   if filled is None:
     filled = filled_slots(layout, lengths[-1])
+  if kernel and cached_attention.refusal(q_BKXH, k_blocks, layout, terms) is None:
+    out_BKXH = cached_attention.attention(q_BKXH, tuple(k_blocks), tuple(v_blocks), layout,
+                                          filled, scale=scale)
+    return _ungroup(out_BKXH, L).astype(v_blocks[0].dtype)
   branches = [lambda q, k, v, lay, m=m: _prefix(q, k[:m], v[:m], lay, terms, scale)
               for m in range(1, len(lengths) + 1)]
   k_blocks, v_blocks = tuple(k_blocks), tuple(v_blocks)
@@ -127,5 +137,11 @@ def cached(q_BLNH, k_blocks, v_blocks, layout: Layout, terms, *, scale, filled=N
   else:
     which = jnp.searchsorted(jnp.asarray(lengths, jnp.int32), filled)  # first n >= filled
     out_BKXH = jax.lax.switch(which, branches, q_BKXH, k_blocks, v_blocks, layout)
-  out_BLNH = jnp.transpose(out_BKXH.reshape(B, K, G, L, H), (0, 3, 1, 2, 4)).reshape(B, L, N, H)
-  return out_BLNH.astype(v_blocks[0].dtype)
+  return _ungroup(out_BKXH, L).astype(v_blocks[0].dtype)
+
+
+def _ungroup(out_BKXH, L):
+  """[B, K, G * L, H] -> [B, L, K * G, H]: the queries back in their own order."""
+  B, K, X, H = out_BKXH.shape
+  G = X // L
+  return jnp.transpose(out_BKXH.reshape(B, K, G, L, H), (0, 3, 1, 2, 4)).reshape(B, L, K * G, H)

@@ -71,8 +71,10 @@ class Attention(nn.Module):
                dense_weights(q, k_BSKH, layout, terms, scale=scale))
     if mode == "step":
       # The new queries over the cache's filled slots only (all of a cross-attention cache).
+      # The CPU kernel where training would use the fused one (auto, fused_cpu).
       out = cached(q, k, v, layout, terms, scale=scale,
-                   filled=None if kv_BSD is None else k[0].shape[2])
+                   filled=None if kv_BSD is None else k[0].shape[2],
+                   kernel=cfg.attention in ("auto", "fused_cpu"))
     elif cfg.attention_dropout_rate and not self.deterministic:
       # Dropout on the weights needs them materialized: only the reference can do it.
       weights = dense_weights(q, k, layout, terms, scale=scale)

@@ -1,0 +1,92 @@
+"""A decoding step's attention over the filled slots of a KV cache, as one CPU kernel
+(transformer/cpu/cached_attention.cc, built with the fused kernel's library:
+fused_attention.py).
+
+The number of filled slots is a runtime value here, so a step reads exactly those slots
+(XLA's path in transformer/model/attention/cached.py reads the shortest static prefix that
+covers them), and the kernel splits the slots into chunks over the device's cores, where
+XLA:CPU runs each row's and head's small products one after another on one thread
+(timings: docs/performance.md, "Generation").
+"""
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.custom_partitioning import custom_partitioning
+
+from transformer.cpu import fused_attention
+
+
+def refusal(q_BKXH, k_blocks, layout, terms) -> str | None:
+  """Why a step cannot use the kernel (None: it can). The backend is checked first, so a GPU
+  or TPU process never builds the library."""
+  if jax.default_backend() != "cpu":
+    return f"the cached CPU kernel runs on the CPU backend, not {jax.default_backend()!r}"
+  if (why := fused_attention.unavailable()) is not None:
+    return why
+  if q_BKXH.dtype != jnp.float32 or k_blocks[0].dtype != jnp.float32:
+    return f"the cached CPU kernel computes in float32 (inputs are {k_blocks[0].dtype})"
+  if q_BKXH.shape[-1] % 16 or q_BKXH.shape[-1] > 256:
+    return ("the cached CPU kernel needs a head size divisible by 16 and at most 256, got "
+            f"{q_BKXH.shape[-1]}")
+  if terms.bias_table is not None:
+    return f"the cached CPU kernel cannot add a score bias ({terms.bias_kind})"
+  if layout.k_prefix_BS is not None:
+    return "the cached CPU kernel does not support prefix-LM masks"
+  return None
+
+
+def _rule(blocks: int) -> str:
+  """Shardy's rule: batch rows and key/value heads may be sharded; everything else is whole."""
+  cache = ", ".join(f"b k s{j} h" for j in range(blocks))
+  return f"b k x h, b l, b s, b l, b s, b, {cache}, {cache} -> b k x h"
+
+
+def _cores() -> int:
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+@functools.cache
+def _op(blocks: int, statics: tuple):
+  scale, causal, window = statics
+
+  def caller(threads):
+    def call(*args):
+      return jax.ffi.ffi_call("transformer_attention_cached",
+                              jax.ShapeDtypeStruct(args[0].shape, jnp.float32))(
+          *args, scale=np.float32(scale), causal=causal, window=np.int64(window),
+          threads=np.int64(threads))
+    return call
+
+  # Unpartitioned, the step runs on one device while any others idle (decoding without a mesh
+  # in a process with per-core devices): every core. Split over a mesh, each device takes its
+  # share of the cores.
+  op = custom_partitioning(caller(_cores()))
+
+  def partition(mesh, arg_shapes, result_shape):
+    return (mesh, caller(max(1, _cores() // mesh.size)), result_shape.sharding,
+            tuple(a.sharding for a in arg_shapes))
+
+  rule = _rule(blocks)
+  whole = ("x", "h", "l", "s", *(f"s{j}" for j in range(blocks)))
+  op.def_partition(partition=partition, sharding_rule=rule,
+                   need_replication_factors=tuple(sorted(whole, key=lambda f: rule.index(f" {f}"))))
+  return op
+
+
+def attention(q_BKXH, k_blocks, v_blocks, layout, filled, *, scale) -> jax.Array:
+  """softmax(q k^T * scale, masked by layout) v over the first `filled` slots, exactly:
+  float32 [B, K, X, H], queries grouped by key/value head (x = g * L + l, as in cached.py).
+  k_blocks/v_blocks: [B, K, b_j, H] (cached.to_blocks); the layout's keys are the slots."""
+  if (why := fused_attention.unavailable()) is not None:  # also registers the kernel
+    raise RuntimeError(why)
+  B = q_BKXH.shape[0]
+  filled_B = jnp.broadcast_to(jnp.asarray(filled, jnp.int32), (B,))
+  i32 = lambda x: x.astype(jnp.int32)
+  statics = (float(scale), bool(layout.causal), int(layout.window or 0))
+  return _op(len(k_blocks), statics)(
+      q_BKXH.astype(jnp.float32), i32(layout.q_seg_BL), i32(layout.k_seg_BS),
+      i32(layout.q_idx_BL), i32(layout.k_idx_BS), filled_B, *k_blocks, *v_blocks)
