@@ -18,8 +18,8 @@ from transformer.model.attention import cached as cached_lib
 from transformer.model.attention import make_layout
 from transformer.model.attention.reference import dense
 from transformer.model.positions import AttentionTerms
-from transformer.schema import model_config, position_config
 from tests.decode_test import check_against_full_forward
+from tests.helpers.tiny_models import built
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -99,12 +99,9 @@ def test_refusals_name_the_reason():
 
 
 def _decoder(kind, scheme="learned", max_len=600):
-  # Head size 16, GQA: the kernel's case (tests/helpers' tiny models have head size 8).
-  cfg = model_config(kind=kind, vocab_size=37, d_model=64, num_layers=2, num_heads=4,
-                     num_kv_heads=2, d_ff=48, max_len=max_len, position=position_config(scheme),
-                     attention="auto")
-  model = models.make_model(cfg)
-  return model, model.init(jax.random.key(0), *models.dummy_inputs(cfg, 1, 8))["params"]
+  """tests/helpers' tiny GQA model at head size 16 (the kernel's case; its default is 8)."""
+  _, model, params = built(kind, scheme, d_model=64, max_len=max_len, attention="auto")
+  return model, params
 
 
 @pytest.mark.slow

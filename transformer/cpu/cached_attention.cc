@@ -39,10 +39,25 @@ struct Step {
   std::vector<long> start, size;   // block j holds slots [start[j], start[j] + size[j])
 };
 
-// Asks for a row's cache lines (PREFETCH rows ahead of the one being read).
+// Asks for a row's cache lines.
 inline void prefetch(const float* p, int nv) {
   for (int v = 0; v < nv; ++v)
     _mm_prefetch(reinterpret_cast<const char*>(p + 16 * v), _MM_HINT_T0);
+}
+
+// Calls row(j, r) for each slot j in [lo, hi), r its row of key/value head kh of batch row b
+// in `blocks` (the keys' or the values'), asking for the row PREFETCH slots ahead.
+template <class Row>
+inline void for_rows(const Step& d, const std::vector<const float*>& blocks, long b, long kh,
+                     long lo, long hi, int nv, Row row) {
+  for (size_t blk = 0; blk < d.start.size(); ++blk) {
+    long a = std::max(lo, d.start[blk]), e = std::min(hi, d.start[blk] + d.size[blk]);
+    const float* base = blocks[blk] + ((b * d.K + kh) * d.size[blk] - d.start[blk]) * d.H;
+    for (long j = a; j < e; ++j) {
+      if (j + PREFETCH < e) prefetch(base + (j + PREFETCH) * d.H, nv);
+      row(j, base + j * d.H);
+    }
+  }
 }
 
 // Chunk [lo, hi) of batch row b, key/value head kh: for each query x its max score m, the sum
@@ -66,22 +81,16 @@ void chunk(const Step& d, long b, long kh, long lo, long hi, const float* q,
     for (int v = 0; v < nv; ++v) qv[v] = mul(load(qb + x * H + 16 * v), set1(d.scale));
     float* sx = s + x * CHUNK - lo;
     float mx = neg;
-    // Scores, block by block: sx[j] for j in [lo, hi), -inf where masked.
-    for (size_t blk = 0; blk < d.start.size(); ++blk) {
-      long a = std::max(lo, d.start[blk]), e = std::min(hi, d.start[blk] + d.size[blk]);
-      const float* kb = d.k[blk] + ((b * d.K + kh) * d.size[blk] - d.start[blk]) * H;
-      for (long j = a; j < e; ++j) {
-        const float* kr = kb + j * H;
-        if (j + PREFETCH < e) prefetch(kr + PREFETCH * H, nv);
-        bool ok = ks[j] != 0 && ks[j] == sq && (!d.causal || iq >= ki[j]) &&
-                  (!d.window || std::abs(long(iq) - long(ki[j])) < d.window);
-        vf acc = mul(qv[0], load(kr));
-        for (int v = 1; v < nv; ++v) acc = fmadd(qv[v], load(kr + 16 * v), acc);
-        float score = ok ? reduce_sum(acc) : neg;
-        mx = std::max(mx, score);
-        sx[j] = score;
-      }
-    }
+    // Scores: sx[j] for j in [lo, hi), -inf where masked.
+    for_rows(d, d.k, b, kh, lo, hi, nv, [&](long j, const float* kr) {
+      bool ok = ks[j] != 0 && ks[j] == sq && (!d.causal || iq >= ki[j]) &&
+                (!d.window || std::abs(long(iq) - long(ki[j])) < d.window);
+      vf acc = mul(qv[0], load(kr));
+      for (int v = 1; v < nv; ++v) acc = fmadd(qv[v], load(kr + 16 * v), acc);
+      float score = ok ? reduce_sum(acc) : neg;
+      mx = std::max(mx, score);
+      sx[j] = score;
+    });
     float* px = part + x * W;
     px[0] = mx;
     px[1] = 0.f;
@@ -101,16 +110,10 @@ void chunk(const Step& d, long b, long kh, long lo, long hi, const float* q,
     // out = sum_j p_j v_j, the accumulators in registers.
     vf out[NV ? NV : 16];
     for (int v = 0; v < nv; ++v) out[v] = zero();
-    for (size_t blk = 0; blk < d.start.size(); ++blk) {
-      long a = std::max(lo, d.start[blk]), e = std::min(hi, d.start[blk] + d.size[blk]);
-      const float* vb = d.v[blk] + ((b * d.K + kh) * d.size[blk] - d.start[blk]) * H;
-      for (long j = a; j < e; ++j) {
-        const float* vr = vb + j * H;
-        if (j + PREFETCH < e) prefetch(vr + PREFETCH * H, nv);
-        vf pj = set1(sx[j]);
-        for (int v = 0; v < nv; ++v) out[v] = fmadd(pj, load(vr + 16 * v), out[v]);
-      }
-    }
+    for_rows(d, d.v, b, kh, lo, hi, nv, [&](long j, const float* vr) {
+      vf pj = set1(sx[j]);
+      for (int v = 0; v < nv; ++v) out[v] = fmadd(pj, load(vr + 16 * v), out[v]);
+    });
     for (int v = 0; v < nv; ++v) store(px + 2 + 16 * v, out[v]);
   }
 }

@@ -10,7 +10,6 @@ XLA:CPU runs each row's and head's small products one after another on one threa
 """
 
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -45,10 +44,6 @@ def _rule(blocks: int) -> str:
   return f"b k x h, b l, b s, b l, b s, b, {cache}, {cache} -> b k x h"
 
 
-def _cores() -> int:
-  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
 @functools.cache
 def _op(blocks: int, statics: tuple):
   scale, causal, window = statics
@@ -64,10 +59,10 @@ def _op(blocks: int, statics: tuple):
   # Unpartitioned, the step runs on one device while any others idle (decoding without a mesh
   # in a process with per-core devices): every core. Split over a mesh, each device takes its
   # share of the cores.
-  op = custom_partitioning(caller(_cores()))
+  op = custom_partitioning(caller(fused_attention.cores()))
 
   def partition(mesh, arg_shapes, result_shape):
-    return (mesh, caller(max(1, _cores() // mesh.size)), result_shape.sharding,
+    return (mesh, caller(max(1, fused_attention.cores() // mesh.size)), result_shape.sharding,
             tuple(a.sharding for a in arg_shapes))
 
   rule = _rule(blocks)

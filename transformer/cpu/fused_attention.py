@@ -144,10 +144,14 @@ def refusal(q_BLNH, k_BSKH, layout, terms) -> str | None:
   return None
 
 
+def cores() -> int:
+  """The cores this process may run on."""
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def _threads() -> int:
   """Cores per device: one device using every core splits the tiles; per-core devices don't."""
-  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  return max(1, cores // jax.local_device_count())
+  return max(1, cores() // jax.local_device_count())
 
 
 def _rule(kind: str, groups: int) -> str:
