@@ -211,6 +211,29 @@ def test_sharded_over_batch_and_heads_matches_one_device():
   assert "data" in report["out_sharding"] and "tensor" in report["out_sharding"], report
 
 
+def test_threads_are_the_cores_of_the_devices_the_call_spans():
+  """In a process with per-core devices, an unsharded call runs on one device while the others
+  idle, so it takes every core; split over two devices, each takes half."""
+  script = """
+    import json, re, jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from fused_attention_test import make_case, value_and_grads
+    from transformer.cpu import fused_attention
+    q, k, v, layout = make_case("packed_gqa")
+    fn = value_and_grads("fused_cpu")
+    threads = lambda *a: sorted(set(re.findall(r"threads = (\\d+)", fn.lower(*a).compile().as_text())))
+    rows = NamedSharding(jax.make_mesh((2,), ("data",)), P("data"))
+    split = jax.tree.map(lambda x: jax.device_put(x, rows), (q, k, v, layout))
+    print(json.dumps({"cores": fused_attention.cores(), "whole": threads(q, k, v, layout),
+                      "split": threads(*split)}))
+  """
+  result = _run(script, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  assert result.returncode == 0, result.stderr[-3000:]
+  report = json.loads(result.stdout.strip().splitlines()[-1])
+  assert report["whole"] == [str(report["cores"])], report
+  assert report["split"] == [str(max(1, report["cores"] // 2))], report
+
+
 def test_the_avx2_build_matches_dense(tmp_path):
   """The AVX2 code (two 8-float halves per 16-float vector, 16-bit lane masks, scalar
   packing) is what CPUs without AVX-512 run: built and checked here on any CPU."""

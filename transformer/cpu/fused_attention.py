@@ -149,11 +149,6 @@ def cores() -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def _threads() -> int:
-  """Cores per device: one device using every core splits the tiles; per-core devices don't."""
-  return max(1, cores() // jax.local_device_count())
-
-
 def _rule(kind: str, groups: int) -> str:
   """Shardy's rule: batch rows and key/value heads (with their query heads) may be sharded;
   lengths and head sizes are whole on every device. (A factor of size 1 may not be part of
@@ -169,22 +164,29 @@ def _rule(kind: str, groups: int) -> str:
 def _op(kind: str, groups: int, statics: tuple):
   scale, causal, offset_known, offset = statics
 
-  def call(*args):
-    q, k = args[0], args[1]
-    B, L, N, _ = q.shape
-    if kind == "fwd":
-      out = (jax.ShapeDtypeStruct(q.shape, jnp.float32),
-             jax.ShapeDtypeStruct((B, N, L), jnp.float32))
-    else:
-      out = tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, k))
-    return jax.ffi.ffi_call(f"transformer_attention_{kind}", out)(
-        *args, scale=np.float32(scale), causal=causal, offset_known=offset_known,
-        offset=np.int64(offset), threads=np.int64(_threads()))
+  def caller(threads):
+    def call(*args):
+      q, k = args[0], args[1]
+      B, L, N, _ = q.shape
+      if kind == "fwd":
+        out = (jax.ShapeDtypeStruct(q.shape, jnp.float32),
+               jax.ShapeDtypeStruct((B, N, L), jnp.float32))
+      else:
+        out = tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, k))
+      return jax.ffi.ffi_call(f"transformer_attention_{kind}", out)(
+          *args, scale=np.float32(scale), causal=causal, offset_known=offset_known,
+          offset=np.int64(offset), threads=np.int64(threads))
+    return call
 
-  op = custom_partitioning(call)
+  # Threads are the cores the call's devices share: unpartitioned, the call runs on one device
+  # while any others idle (a single-device jit in a process with per-core devices), so it takes
+  # every core; split over a mesh, each device its share, so per-core devices don't
+  # oversubscribe.
+  op = custom_partitioning(caller(cores()))
 
   def partition(mesh, arg_shapes, result_shape):
-    return (mesh, call, jax.tree.map(lambda r: r.sharding, result_shape),
+    return (mesh, caller(max(1, cores() // mesh.size)),
+            jax.tree.map(lambda r: r.sharding, result_shape),
             tuple(a.sharding for a in arg_shapes))
 
   extra = {"g": groups} if groups > 1 else {}
