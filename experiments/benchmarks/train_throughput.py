@@ -83,11 +83,16 @@ WORKLOADS = {
 }
 
 
+def workload_model(name: str):
+  """The workload's model config (attention `auto`; experiment() applies --attention)."""
+  w = WORKLOADS[name]
+  return schema.model_config(kind="decoder", vocab_size=256, ffn="gelu", max_len=w["seq_len"],
+                             position=schema.position_config("learned"), **w["model"])
+
+
 def experiment(name: str):
   w = WORKLOADS[name]
-  model = schema.model_config(kind="decoder", vocab_size=256, ffn="gelu",
-                              max_len=w["seq_len"], position=schema.position_config("learned"),
-                              **w["model"])
+  model = workload_model(name)
   data = schema.ml_collections.ConfigDict(dict(seq_len=w["seq_len"]))
   config = schema.experiment_config(model, data, schema.objective_config("lm"),
                                     batch_size=w["batch_size"], steps=1000)
