@@ -120,7 +120,7 @@ def main(argv):
   for name in FLAGS.workloads:
     if name not in WORKLOADS:
       raise ValueError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
-  torch.set_num_threads(os.cpu_count())
+  torch.set_num_threads(len(os.sched_getaffinity(0)))  # the cores it may run on (taskset)
   print(f"jax {jax.__version__} ({jax.devices()[0].device_kind} x{jax.device_count()}), torch "
         f"{torch.__version__} ({torch.get_num_threads()} threads); load average "
         f"{os.getloadavg()[0]:.1f}; {FLAGS.repeats} interleaved rounds of {_TIMINGS.value} "
