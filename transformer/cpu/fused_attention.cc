@@ -68,7 +68,8 @@ inline void panel(int M, int Kd, const float* A, long am, long ak, const float* 
   if (small * SMALL > M) small = 0;
   for (int i = 0; i < small; ++i, m += SMALL)
     micro<SMALL, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
-  for (; m + BIG <= M; m += BIG) micro<BIG, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
+  for (; m + BIG <= M; m += BIG)
+    micro<BIG, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
   for (; m + 2 <= M; m += 2) micro<2, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
   for (; m < M; ++m) micro<1, NV>(Kd, A + m * am, am, ak, B, ldb, C + m * ldc, ldc, acc);
 }
