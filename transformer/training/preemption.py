@@ -124,6 +124,10 @@ class StopSignal:
 
   def _handle(self, signum, frame):
     del frame
+    # This may be the watchdog's re-delivery of a signal deferred before the loop: it has
+    # reached a handler now, and another re-delivery would land in the restored handler as if
+    # it were a second signal (an Interrupted in the middle of the stop's checkpoint).
+    handled()
     self.received = signal.Signals(signum).name
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
