@@ -37,3 +37,32 @@ def test_a_deferred_signal_reaches_the_loop_once():
                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
   assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
   assert proc.stdout.strip() == "received SIGTERM", proc.stdout
+
+
+def test_a_signal_that_library_code_turned_into_its_own_error_still_stops_in_one_line(
+    tmp_path):
+  """Interrupted is raised wherever the signal lands, and code there may replace it with an
+  error of its own (in CI: inside a lock's release during tfds's dataset construction, which
+  came out as tfds's RuntimeError). With the signal pending, the job still ends as stopped by
+  it: one line, exit status 128 + the signal, what the run made removed."""
+  script = f"""
+    import os, signal
+    import ml_collections
+    from transformer.training import loop
+
+    def start_up(config, workdir, lock):
+      os.makedirs(os.path.join(workdir, "checkpoints"))
+      try:
+        os.kill(os.getpid(), signal.SIGTERM)  # raises Interrupted here
+      except KeyboardInterrupt as e:
+        raise RuntimeError("Failed to construct dataset: release unlocked lock") from e
+
+    loop._train_and_evaluate = start_up
+    loop.train_and_evaluate(ml_collections.ConfigDict(), {str(tmp_path / "run")!r})
+  """
+  proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, timeout=120,
+                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+  assert proc.returncode == 128 + 15, proc.stderr[-3000:]
+  lines = [line for line in proc.stderr.splitlines() if line.strip()]
+  assert len(lines) == 1 and lines[0].startswith("stopped by SIGTERM; removed"), proc.stderr
+  assert not (tmp_path / "run").exists()

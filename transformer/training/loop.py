@@ -79,9 +79,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     try:
       return _train_and_evaluate(config, workdir, lock)
     except BaseException as e:
-      preemption.handled()
+      pending = preemption.handled()
       with preemption.ignored():
         removed = jax.process_index() == 0 and before.clean_up()
+      if pending is not None and not isinstance(e, preemption.Interrupted):
+        e = preemption.Interrupted(pending)  # the signal's Interrupted, turned into another error
       if isinstance(e, preemption.Interrupted):
         preemption.exit_interrupted(e, f"removed {workdir} (this run made it): re-run the same "
                                     f"command to start" if removed else None)

@@ -61,9 +61,16 @@ def _redeliver():
     _thread.interrupt_main(_pending[0])
 
 
-def handled() -> None:
-  """The job caught its Interrupted: no more re-delivery."""
+def handled() -> int | None:
+  """The job caught its Interrupted: no more re-delivery. Returns the signal that was pending,
+  if one was: an exception other than Interrupted with a signal pending is the signal's too.
+  Raised asynchronously, Interrupted can land anywhere, and where it lands code may replace it
+  with an error of its own: seen in CI, one raised inside `threading.Condition`'s `with`
+  during tfds's dataset construction left its lock's release to fail ("release unlocked lock"),
+  which tfds wrapped in a RuntimeError that reached the job instead."""
+  signum = _pending[0] if _pending else None
   _pending.clear()
+  return signum
 
 
 @contextlib.contextmanager
