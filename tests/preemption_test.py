@@ -8,6 +8,11 @@ import textwrap
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _run(script: str) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, timeout=120,
+                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+
+
 def test_a_deferred_signal_reaches_the_loop_once():
   """A signal that lands in a __del__ before the loop is deferred, and a watchdog re-delivers
   it. Once the loop's StopSignal has taken it (a graceful stop), the watchdog must stop: a
@@ -33,8 +38,7 @@ def test_a_deferred_signal_reaches_the_loop_once():
       stop.restore()
     print("received", stop.received)
   """
-  proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, timeout=60,
-                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+  proc = _run(script)
   assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
   assert proc.stdout.strip() == "received SIGTERM", proc.stdout
 
@@ -60,8 +64,7 @@ def test_a_signal_that_library_code_turned_into_its_own_error_still_stops_in_one
     loop._train_and_evaluate = start_up
     loop.train_and_evaluate(ml_collections.ConfigDict(), {str(tmp_path / "run")!r})
   """
-  proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, timeout=120,
-                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+  proc = _run(script)
   assert proc.returncode == 128 + 15, proc.stderr[-3000:]
   lines = [line for line in proc.stderr.splitlines() if line.strip()]
   assert len(lines) == 1 and lines[0].startswith("stopped by SIGTERM; removed"), proc.stderr

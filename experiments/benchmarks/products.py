@@ -99,10 +99,10 @@ def torch_times(I, O, T, repeats) -> dict[str, float]:
 def measure(name: str) -> tuple[list[dict], list[float]]:
   """Per product its median times over rounds; per round torch's sum over XLA's."""
   shapes = products(name)
+  timer = {"xla": xla_times, "torch": torch_times}
   rounds = []  # per round: {framework: [per shape {kind: seconds}]}
   for r in range(FLAGS.repeats):
     order = ("xla", "torch") if r % 2 == 0 else ("torch", "xla")
-    timer = {"xla": xla_times, "torch": torch_times}
     rounds.append({fw: [timer[fw](I, O, T, _TIMINGS.value) for _, I, O, T, _ in shapes]
                    for fw in order})
   rows = []

@@ -48,21 +48,18 @@ def _rule(blocks: int) -> str:
 def _op(blocks: int, statics: tuple):
   scale, causal, window = statics
 
-  def caller(threads):
+  def caller(n_threads):
     def call(*args):
       return jax.ffi.ffi_call("transformer_attention_cached",
                               jax.ShapeDtypeStruct(args[0].shape, jnp.float32))(
           *args, scale=np.float32(scale), causal=causal, window=np.int64(window),
-          threads=np.int64(threads))
+          threads=np.int64(n_threads))
     return call
 
-  # Unpartitioned, the step runs on one device while any others idle (decoding without a mesh
-  # in a process with per-core devices): every core. Split over a mesh, each device takes its
-  # share of the cores.
-  op = custom_partitioning(caller(fused_attention.cores()))
+  op = custom_partitioning(caller(fused_attention.threads()))
 
   def partition(mesh, arg_shapes, result_shape):
-    return (mesh, caller(max(1, fused_attention.cores() // mesh.size)), result_shape.sharding,
+    return (mesh, caller(fused_attention.threads(mesh)), result_shape.sharding,
             tuple(a.sharding for a in arg_shapes))
 
   rule = _rule(blocks)

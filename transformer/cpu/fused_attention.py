@@ -149,6 +149,14 @@ def cores() -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+def threads(mesh=None) -> int:
+  """The threads a kernel call takes: the cores its devices share. Unpartitioned (mesh None),
+  the call runs on one device while any others idle (a single-device jit in a process with
+  per-core devices), so every core; split over a mesh, each device its share, so per-core
+  devices don't oversubscribe."""
+  return cores() if mesh is None else max(1, cores() // mesh.size)
+
+
 def _rule(kind: str, groups: int) -> str:
   """Shardy's rule: batch rows and key/value heads (with their query heads) may be sharded;
   lengths and head sizes are whole on every device. (A factor of size 1 may not be part of
@@ -164,7 +172,7 @@ def _rule(kind: str, groups: int) -> str:
 def _op(kind: str, groups: int, statics: tuple):
   scale, causal, offset_known, offset = statics
 
-  def caller(threads):
+  def caller(n_threads):
     def call(*args):
       q, k = args[0], args[1]
       B, L, N, _ = q.shape
@@ -175,17 +183,13 @@ def _op(kind: str, groups: int, statics: tuple):
         out = tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, k))
       return jax.ffi.ffi_call(f"transformer_attention_{kind}", out)(
           *args, scale=np.float32(scale), causal=causal, offset_known=offset_known,
-          offset=np.int64(offset), threads=np.int64(threads))
+          offset=np.int64(offset), threads=np.int64(n_threads))
     return call
 
-  # Threads are the cores the call's devices share: unpartitioned, the call runs on one device
-  # while any others idle (a single-device jit in a process with per-core devices), so it takes
-  # every core; split over a mesh, each device its share, so per-core devices don't
-  # oversubscribe.
-  op = custom_partitioning(caller(cores()))
+  op = custom_partitioning(caller(threads()))
 
   def partition(mesh, arg_shapes, result_shape):
-    return (mesh, caller(max(1, cores() // mesh.size)),
+    return (mesh, caller(threads(mesh)),
             jax.tree.map(lambda r: r.sharding, result_shape),
             tuple(a.sharding for a in arg_shapes))
 
