@@ -52,20 +52,27 @@ def step_case(name, seed=0):
   return q_BLNH, k_BKSH, v_BKSH, layout
 
 
+@pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", sorted(STEPS))
-def test_a_step_matches_dense_over_the_whole_cache(name):
+def test_a_step_matches_dense_over_the_whole_cache(name, cache_dtype):
+  """A bfloat16 cache (model.cache_dtype) against dense float32 attention over the same
+  rounded keys and values: the kernel widens each value exactly, so only float32 rounding
+  of the arithmetic separates them. XLA's prefixes (kernel=False) are held to the same."""
   q_BLNH, k_BKSH, v_BKSH, layout = step_case(name)
+  k_BKSH, v_BKSH = (x.astype(cache_dtype) for x in (k_BKSH, v_BKSH))
   scale = q_BLNH.shape[-1] ** -0.5
   k_blocks, v_blocks = cached_lib.to_blocks(k_BKSH), cached_lib.to_blocks(v_BKSH)
-  step = jax.jit(lambda q, k, v, lay: cached_lib.cached(q, k, v, lay, AttentionTerms(),
-                                                        scale=scale, kernel=True))
-  hlo = step.lower(q_BLNH, k_blocks, v_blocks, layout).as_text()
+  step = jax.jit(lambda q, k, v, lay, kernel: cached_lib.cached(
+      q, k, v, lay, AttentionTerms(), scale=scale, kernel=kernel), static_argnums=4)
+  hlo = step.lower(q_BLNH, k_blocks, v_blocks, layout, True).as_text()
   assert "transformer_attention_cached" in hlo  # the kernel ran, not the fallback
-  out = step(q_BLNH, k_blocks, v_blocks, layout)
   # The reference: every slot of the cache, the unfilled ones masked by the layout.
-  ref = dense(q_BLNH, jnp.swapaxes(k_BKSH, 1, 2), jnp.swapaxes(v_BKSH, 1, 2), layout,
-              AttentionTerms(), scale=scale, cfg=None)
-  np.testing.assert_allclose(out, ref, atol=2e-6, rtol=1e-5)
+  ref = dense(q_BLNH, *(jnp.swapaxes(x, 1, 2).astype(jnp.float32) for x in (k_BKSH, v_BKSH)),
+              layout, AttentionTerms(), scale=scale, cfg=None)
+  for kernel in (True, False):
+    out = step(q_BLNH, k_blocks, v_blocks, layout, kernel)
+    assert out.dtype == jnp.float32  # the queries' dtype, whatever the cache's
+    np.testing.assert_allclose(out, ref, atol=2e-6, rtol=1e-5)
   if name == "all_masked_row":
     assert not np.any(np.asarray(out)[1])  # sees no key: zeros, as masked_softmax gives
 
@@ -93,8 +100,12 @@ def test_refusals_name_the_reason():
   assert cached_attention.refusal(q, k, layout, AttentionTerms()) is None
   alibi = AttentionTerms(bias_table=jnp.ones((4,)), bias_kind="alibi")
   assert "score bias (alibi)" in cached_attention.refusal(q, k, layout, alibi)
-  assert "float32" in cached_attention.refusal(q, tuple(x.astype(jnp.bfloat16) for x in k),
-                                               layout, AttentionTerms())
+  assert cached_attention.refusal(q, tuple(x.astype(jnp.bfloat16) for x in k), layout,
+                                 AttentionTerms()) is None
+  assert "queries are bfloat16" in cached_attention.refusal(q.astype(jnp.bfloat16), k, layout,
+                                                            AttentionTerms())
+  assert "not float16" in cached_attention.refusal(q, tuple(x.astype(jnp.float16) for x in k),
+                                                   layout, AttentionTerms())
   assert "divisible by 16" in cached_attention.refusal(q[..., :8], k, layout, AttentionTerms())
 
 
@@ -134,13 +145,43 @@ def test_long_decoding_with_the_kernel_equals_the_xla_path(monkeypatch):
   np.testing.assert_allclose(logits, ref_logits, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["decoder", "encoder_decoder"])
+def test_a_bfloat16_cache_decodes_as_a_float32_one_rounded(kind):
+  """model.cache_dtype=bfloat16: half the cache's bytes. The kernel and XLA's prefixes read
+  the same rounded keys and values (the same tokens, logits equal to float32 rounding), and
+  both stay within bfloat16's rounding of the float32 cache's logits."""
+  prompts = [[1, 5, 6], [1, 7, 8, 9, 10]] if kind == "decoder" else [[1], [1, 4]]
+  enc = [[3, 4, 5, 6], [7, 8, 9]] if kind == "encoder_decoder" else None
+  cfg, _, params = built(kind, "rope", d_model=64, max_len=600, attention="auto")
+
+  def model(**overrides):
+    changed = cfg.copy_and_resolve_references()
+    changed.update(overrides)
+    return models.make_model(changed)
+
+  runs = {name: decode.generate(model(**kw), params, prompts, max_new_tokens=12,
+                                stop_tokens=(), encoder_inputs=enc, return_logits=True)
+          for name, kw in {"f32": {}, "bf16": dict(cache_dtype="bfloat16"),
+                           "bf16_xla": dict(cache_dtype="bfloat16", attention="dense")}.items()}
+  np.testing.assert_array_equal(runs["bf16"][0], runs["bf16_xla"][0])
+  np.testing.assert_allclose(runs["bf16"][1], runs["bf16_xla"][1], atol=1e-4, rtol=1e-4)
+  np.testing.assert_array_equal(runs["bf16"][0], runs["f32"][0])
+  gap = np.abs(runs["bf16"][1] - runs["f32"][1]).max()
+  assert 0 < gap < 2e-2 * np.abs(runs["f32"][1]).max(), gap  # rounded, and only by that
+  if kind == "decoder":
+    half, full = (decode.cache_nbytes(decode.init_cache(model(cache_dtype=c), params, 2, 64))
+                  for c in ("bfloat16", ""))
+    assert 2 * half == full
+
+
 def test_the_avx2_build_matches_dense(tmp_path):
   """The AVX2 code of the step kernel, built and checked on any CPU that runs it."""
   script = """
     import numpy as np
     from cpu_cached_attention_test import STEPS, test_a_step_matches_dense_over_the_whole_cache
     for name in sorted(STEPS):
-      test_a_step_matches_dense_over_the_whole_cache(name)
+      for cache_dtype in ("float32", "bfloat16"):
+        test_a_step_matches_dense_over_the_whole_cache(name, cache_dtype)
     print("ok", len(STEPS))
   """
   env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT}/tests", TRANSFORMER_KERNEL_ISA="avx2",

@@ -49,6 +49,17 @@ def test_cli_prints_the_seeded_continuation(lm_workdir):
   assert proc.stdout == generate.continuation(lm_workdir, "The cat", **flags) + "\n"
 
 
+def test_cli_decodes_with_a_bfloat16_cache(lm_workdir):
+  """--cache_dtype reaches the model (library == CLI); a trained model's greedy text is the
+  float32 cache's (bfloat16 rounds each key and value by at most 2^-9 of itself)."""
+  proc = cli("--workdir", lm_workdir, "--prompt", "The cat", "--max_new_tokens=8",
+             "--cache_dtype=bfloat16")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  half = generate.continuation(lm_workdir, "The cat", max_new_tokens=8, cache_dtype="bfloat16")
+  assert proc.stdout == half + "\n"
+  assert half == generate.continuation(lm_workdir, "The cat", max_new_tokens=8)
+
+
 def test_encoder_decoder_run_generates_greedy_and_beam(seq2seq_workdir):
   greedy = generate.continuation(seq2seq_workdir, "abc", max_new_tokens=6)
   beam = generate.continuation(seq2seq_workdir, "abc", max_new_tokens=6, beam_size=3)
@@ -68,6 +79,7 @@ def test_cli_refuses_bad_settings_in_one_line(lm_workdir):
     (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
     (dict(beam_size=4, length_penalty=-1.0), r"--length_penalty must be >= 0"),
     (dict(beam_size=4, length_penalty=float("nan")), r"--length_penalty must be >= 0"),
+    (dict(cache_dtype="int8"), r"--cache_dtype 'int8': use one of \['float32', 'bfloat16'"),
 ])
 def test_bad_settings_fail_before_loading(tmp_path, kwargs, message):
   args = dict(prompt="x")

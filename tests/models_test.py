@@ -148,6 +148,7 @@ def test_attention_weights_are_captured_per_layer_and_head():
     (dict(attention="flash"), "valid: .*chunked"),
     (dict(ffn="swish"), "valid: .*swiglu"),
     (dict(norm="batchnorm"), "valid: .*rmsnorm"),
+    (dict(cache_dtype="int8"), r"model.cache_dtype 'int8'; valid: .*bfloat16"),
     (dict(position=position_config("xpos")), "valid: .*alibi"),
     # Out of range: each used to fail deep in init, train on NaNs, or train on nothing.
     (dict(num_kv_heads=-1), r"model.num_kv_heads must be >= 0"),

@@ -4,10 +4,12 @@ r"""Generate from a trained run: the latest checkpoint, its config and its token
     python -m transformer.generate --workdir runs/lm_s --prompt "The" --temperature 0.8 \
         --top_p 0.95 --seed 1
     python -m transformer.generate --workdir runs/s2s_reverse --prompt "abcdef" --beam_size 4
+    python -m transformer.generate --workdir runs/lm_s --prompt "The" --cache_dtype bfloat16
 
 A decoder continues BOS + the prompt; an encoder-decoder encodes the prompt + EOS (as the
 seq2seq data does) and decodes from BOS. Generation stops at EOS or after --max_new_tokens.
 Prints the continuation only (stdout), so it can be piped; timing goes to the log.
+--cache_dtype bfloat16 stores the KV cache in half the memory (model.cache_dtype).
 """
 
 import time
@@ -23,7 +25,7 @@ from transformer.training import checkpoint
 def continuation(workdir: str, prompt: str, *, max_new_tokens: int = 64,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  beam_size: int = 1, length_penalty: float = 0.6, seed: int = 0,
-                 step: int | None = None) -> str:
+                 step: int | None = None, cache_dtype: str = "") -> str:
   """The generated text for one prompt (everything the CLI does but printing)."""
   # Settings are checked before the (slow) restore, so a typo fails at once.
   sampling = decode.Sampling(temperature, top_k, top_p)
@@ -36,7 +38,11 @@ def continuation(workdir: str, prompt: str, *, max_new_tokens: int = 64,
     raise ValueError("empty --prompt: give some text to condition on.")
   if not length_penalty >= 0:  # NaN too
     raise ValueError(f"--length_penalty must be >= 0 (0 = none), got {length_penalty}.")
+  if cache_dtype and cache_dtype not in models.CACHE_DTYPES:
+    raise ValueError(f"--cache_dtype {cache_dtype!r}: use one of {list(models.CACHE_DTYPES)}.")
   _, model_config, params, tokenizer = checkpoint.load_for_inference(workdir, step)
+  if cache_dtype:  # a compute key: any checkpoint decodes with any cache dtype
+    model_config.cache_dtype = cache_dtype
   decode.check_model(model_config)
   model = models.make_model(model_config)
   text_ids = tokenizer.encode(prompt)
@@ -78,6 +84,8 @@ def define_flags() -> None:
   flags.DEFINE_float("length_penalty", 0.6, "Beam search: GNMT length penalty alpha.")
   flags.DEFINE_integer("seed", 0, "Sampling seed (same seed, same sample).")
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+  flags.DEFINE_string("cache_dtype", "", "KV cache dtype: float32, bfloat16 (half the memory) "
+                      "or float16 (default: the model's dtype).")
 
 
 def main(argv):
@@ -86,7 +94,7 @@ def main(argv):
   print(continuation(f.workdir, f.prompt, max_new_tokens=f.max_new_tokens,
                      temperature=f.temperature, top_k=f.top_k, top_p=f.top_p,
                      beam_size=f.beam_size, length_penalty=f.length_penalty, seed=f.seed,
-                     step=f.step))
+                     step=f.step, cache_dtype=f.cache_dtype))
 
 
 def run():

@@ -12,7 +12,7 @@ import ml_collections
 
 # Model keys that choose *how* the same function is computed, not *what* it is: changing them
 # on resume is allowed (e.g. switch attention kernels or add remat to fit a bigger batch).
-COMPUTE_KEYS = ("attention", "attention_chunk", "attention_query_block", "remat")
+COMPUTE_KEYS = ("attention", "attention_chunk", "attention_query_block", "remat", "cache_dtype")
 # Those, plus the keys of storage (dtypes, the scanned layout) and training-only noise: free to
 # override when importing a checkpoint, and ignored when checking that an export is exact.
 RUNTIME_KEYS = COMPUTE_KEYS + ("dtype", "param_dtype", "scan_layers", "dropout_rate",
@@ -91,6 +91,9 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
       head_bias=False,  # a bias on the output vocabulary projection (BERT)
       dtype="float32",  # compute dtype; softmax and norms always run in float32
       param_dtype="float32",
+      # decoding's KV cache: "" stores keys/values in dtype; bfloat16 halves the cache's memory
+      # and what each step reads, rounding each key and value once (docs/design.md#generation)
+      cache_dtype="",
       max_len=2048,
       scan_layers=False,
       remat="none",  # none | full | dots (save matmul outputs, recompute the rest)

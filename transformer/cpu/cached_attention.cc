@@ -1,5 +1,6 @@
 // Attention of a decoding step's queries over the filled slots of a KV cache held in blocks,
-// for x86 CPUs with AVX-512 or AVX2, float32, as an XLA FFI custom call.
+// for x86 CPUs with AVX-512 or AVX2, as an XLA FFI custom call. Queries, arithmetic and output
+// are float32; the cache is float32 or bfloat16 (model.cache_dtype), widened as it is read.
 //
 // A decoding step has a handful of queries per key/value head and reads every filled slot
 // of the cache once: it is bound by reading keys and values, not by arithmetic. XLA's path
@@ -35,24 +36,26 @@ struct Step {
   float scale;
   bool causal;
   long window;
-  std::vector<const float*> k, v;  // the blocks [B, K, b_j, H]
+  std::vector<const void*> k, v;   // the blocks [B, K, b_j, H], float or bf16
   std::vector<long> start, size;   // block j holds slots [start[j], start[j] + size[j])
 };
 
-// Asks for a row's cache lines.
-inline void prefetch(const float* p, int nv) {
-  for (int v = 0; v < nv; ++v)
-    _mm_prefetch(reinterpret_cast<const char*>(p + 16 * v), _MM_HINT_T0);
+// Asks for a row's cache lines (16 elements per vector, 64-byte lines).
+template <class T>
+inline void prefetch(const T* p, int nv) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (long at = 0; at < long(16 * sizeof(T)) * nv; at += 64) _mm_prefetch(c + at, _MM_HINT_T0);
 }
 
 // Calls row(j, r) for each slot j in [lo, hi), r its row of key/value head kh of batch row b
 // in `blocks` (the keys' or the values'), asking for the row PREFETCH slots ahead.
-template <class Row>
-inline void for_rows(const Step& d, const std::vector<const float*>& blocks, long b, long kh,
+template <class T, class Row>
+inline void for_rows(const Step& d, const std::vector<const void*>& blocks, long b, long kh,
                      long lo, long hi, int nv, Row row) {
   for (size_t blk = 0; blk < d.start.size(); ++blk) {
     long a = std::max(lo, d.start[blk]), e = std::min(hi, d.start[blk] + d.size[blk]);
-    const float* base = blocks[blk] + ((b * d.K + kh) * d.size[blk] - d.start[blk]) * d.H;
+    const T* base = static_cast<const T*>(blocks[blk]) +
+                    ((b * d.K + kh) * d.size[blk] - d.start[blk]) * d.H;
     for (long j = a; j < e; ++j) {
       if (j + PREFETCH < e) prefetch(base + (j + PREFETCH) * d.H, nv);
       row(j, base + j * d.H);
@@ -63,8 +66,8 @@ inline void for_rows(const Step& d, const std::vector<const float*>& blocks, lon
 // Chunk [lo, hi) of batch row b, key/value head kh: for each query x its max score m, the sum
 // of exp(score - m) and the sum of exp(score - m) v, into part[x] = {m, sum, out[H]}. NV is
 // H / 16 when it is a compile-time case (0: read from d), so a query's vectors and its output
-// stay in registers.
-template <int NV>
+// stay in registers. T is the cache's element type (float or bf16).
+template <class T, int NV>
 void chunk(const Step& d, long b, long kh, long lo, long hi, const float* q,
            const int32_t* qseg, const int32_t* kseg, const int32_t* qidx, const int32_t* kidx,
            float* s, float* part) {
@@ -82,7 +85,7 @@ void chunk(const Step& d, long b, long kh, long lo, long hi, const float* q,
     float* sx = s + x * CHUNK - lo;
     float mx = neg;
     // Scores: sx[j] for j in [lo, hi), -inf where masked.
-    for_rows(d, d.k, b, kh, lo, hi, nv, [&](long j, const float* kr) {
+    for_rows<T>(d, d.k, b, kh, lo, hi, nv, [&](long j, const T* kr) {
       bool ok = ks[j] != 0 && ks[j] == sq && (!d.causal || iq >= ki[j]) &&
                 (!d.window || std::abs(long(iq) - long(ki[j])) < d.window);
       vf acc = mul(qv[0], load(kr));
@@ -110,13 +113,17 @@ void chunk(const Step& d, long b, long kh, long lo, long hi, const float* q,
     // out = sum_j p_j v_j, the accumulators in registers.
     vf out[NV ? NV : 16];
     for (int v = 0; v < nv; ++v) out[v] = zero();
-    for_rows(d, d.v, b, kh, lo, hi, nv, [&](long j, const float* vr) {
+    for_rows<T>(d, d.v, b, kh, lo, hi, nv, [&](long j, const T* vr) {
       vf pj = set1(sx[j]);
       for (int v = 0; v < nv; ++v) out[v] = fmadd(pj, load(vr + 16 * v), out[v]);
     });
     for (int v = 0; v < nv; ++v) store(px + 2 + 16 * v, out[v]);
   }
 }
+
+// chunk for the cache's element type, with a head size of 64 or 128 unrolled.
+template <class T>
+auto pick(long H) { return H == 64 ? chunk<T, 4> : H == 128 ? chunk<T, 8> : chunk<T, 0>; }
 
 ffi::Error Cached(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::S32> qseg,
                   ffi::Buffer<ffi::S32> kseg, ffi::Buffer<ffi::S32> qidx,
@@ -130,11 +137,15 @@ ffi::Error Cached(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi
     return ffi::Error::InvalidArgument("head size must divide by 16 and be at most 256");
   if (blocks.size() % 2) return ffi::Error::InvalidArgument("key and value blocks must pair");
   long nb = blocks.size() / 2, at = 0;
+  ffi::DataType type = ffi::DataType::F32;
   for (long j = 0; j < 2 * nb; ++j) {
-    auto buf = blocks.get<ffi::Buffer<ffi::F32>>(j);
+    auto buf = blocks.get<ffi::AnyBuffer>(j);
     if (!buf.has_value()) return buf.error();
+    if (j == 0) type = buf->element_type();
+    if (buf->element_type() != type || (type != ffi::DataType::F32 && type != ffi::DataType::BF16))
+      return ffi::Error::InvalidArgument("the cache blocks must all be float32 or all bfloat16");
     long size = buf->dimensions()[2];
-    (j < nb ? d.k : d.v).push_back(buf->typed_data());
+    (j < nb ? d.k : d.v).push_back(buf->untyped_data());
     if (j < nb) d.start.push_back(at), d.size.push_back(size), at += size;
   }
   if (at != d.S) return ffi::Error::InvalidArgument("the blocks must cover the layout's slots");
@@ -146,12 +157,13 @@ ffi::Error Cached(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi
   long chunks = std::max(1L, (most + CHUNK - 1) / CHUNK), W = d.H + 2;
   std::vector<float> parts(d.B * d.K * chunks * d.X * W);
   // Under ~1 MiB of keys and values, waking a helper costs more than it saves.
-  bool small = d.B * d.K * most * d.H * 8 < (1L << 20);
+  long bytes = type == ffi::DataType::BF16 ? 4 : 8;  // a slot's key and value, per element
+  bool small = d.B * d.K * most * d.H * bytes < (1L << 20);
   parallel_for(pool, small ? 1 : threads, d.B * d.K * chunks, [&](long i) {
     thread_local std::vector<float> s;
     s.resize(CHUNK * d.X);
     long b = i / (d.K * chunks), kh = (i / chunks) % d.K, c = i % chunks;
-    auto run = d.H == 64 ? chunk<4> : d.H == 128 ? chunk<8> : chunk<0>;
+    auto run = type == ffi::DataType::BF16 ? pick<bf16>(d.H) : pick<float>(d.H);
     run(d, b, kh, c * CHUNK, std::min(n[b], (c + 1) * CHUNK), q.typed_data(),
         qseg.typed_data(), kseg.typed_data(), qidx.typed_data(), kidx.typed_data(), s.data(),
         parts.data() + i * d.X * W);
@@ -185,7 +197,7 @@ ffi::Error Cached(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi
 }  // namespace
 
 // out [B, K, X, H] = f(q [B, K, X, H], segments and indices [B, L] / [B, S], filled [B],
-// key blocks..., value blocks...)
+// key blocks..., value blocks...), the blocks float32 or bfloat16
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TransformerCachedAttention, Cached,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()

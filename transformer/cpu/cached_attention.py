@@ -26,8 +26,10 @@ def refusal(q_BKXH, k_blocks, layout, terms) -> str | None:
     return f"the cached CPU kernel runs on the CPU backend, not {jax.default_backend()!r}"
   if (why := fused_attention.unavailable()) is not None:
     return why
-  if q_BKXH.dtype != jnp.float32 or k_blocks[0].dtype != jnp.float32:
-    return f"the cached CPU kernel computes in float32 (inputs are {k_blocks[0].dtype})"
+  if q_BKXH.dtype != jnp.float32:
+    return f"the cached CPU kernel computes in float32 (queries are {q_BKXH.dtype})"
+  if k_blocks[0].dtype not in (jnp.float32, jnp.bfloat16):
+    return f"the cached CPU kernel reads a float32 or bfloat16 cache, not {k_blocks[0].dtype}"
   if q_BKXH.shape[-1] % 16 or q_BKXH.shape[-1] > 256:
     return ("the cached CPU kernel needs a head size divisible by 16 and at most 256, got "
             f"{q_BKXH.shape[-1]}")
@@ -72,7 +74,8 @@ def _op(blocks: int, statics: tuple):
 def attention(q_BKXH, k_blocks, v_blocks, layout, filled, *, scale) -> jax.Array:
   """softmax(q k^T * scale, masked by layout) v over the first `filled` slots, exactly:
   float32 [B, K, X, H], queries grouped by key/value head (x = g * L + l, as in cached.py).
-  k_blocks/v_blocks: [B, K, b_j, H] (cached.to_blocks); the layout's keys are the slots."""
+  k_blocks/v_blocks: [B, K, b_j, H] (cached.to_blocks), all float32 or all bfloat16 (each
+  value widened to float32 as it is read); the layout's keys are the slots."""
   if (why := fused_attention.unavailable()) is not None:  # also registers the kernel
     raise RuntimeError(why)
   B = q_BKXH.shape[0]

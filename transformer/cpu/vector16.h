@@ -1,4 +1,4 @@
-// 16 floats (or int32s) as one vector for the CPU kernels (fused_attention.cc,
+// 16 floats (or int32s; or bfloat16s, loaded as floats) as one vector for the CPU kernels (fused_attention.cc,
 // cached_attention.cc): one AVX-512 register, or two AVX2 halves on CPUs without AVX-512.
 // Masks are 16-bit lane masks in both cases. The kernels use only these operations, so both
 // instruction sets run the same code.
@@ -10,12 +10,21 @@
 #include <cstdint>
 
 namespace {
+// A bfloat16 as stored (XLA's FFI passes BF16 buffers as uint16_t): load() widens 16 of them.
+struct bf16 {
+  uint16_t bits;
+};
+
 #if defined(__AVX512F__)
 constexpr bool kAvx512 = true;
 using vf = __m512;
 using vi = __m512i;
 using lanes = __mmask16;
 inline vf load(const float* p) { return _mm512_loadu_ps(p); }
+inline vf load(const bf16* p) {  // a bfloat16 is a float's upper 16 bits
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
 inline void store(float* p, vf x) { _mm512_storeu_ps(p, x); }
 inline vf set1(float x) { return _mm512_set1_ps(x); }
 inline vf zero() { return _mm512_setzero_ps(); }
@@ -45,6 +54,11 @@ struct vf { __m256 lo, hi; };
 struct vi { __m256i lo, hi; };
 using lanes = uint16_t;
 inline vf load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline __m256 widen(const bf16* p) {  // 8 bfloat16s: each a float's upper 16 bits
+  return _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+inline vf load(const bf16* p) { return {widen(p), widen(p + 8)}; }
 inline void store(float* p, vf x) { _mm256_storeu_ps(p, x.lo), _mm256_storeu_ps(p + 8, x.hi); }
 inline vf set1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
 inline vf zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }

@@ -94,8 +94,10 @@ def _prefix(q_BKXH, k_blocks, v_blocks, layout: Layout, terms, scale):
   if bias_BNLn is not None:
     scores_BKXn = scores_BKXn + bias_BNLn.reshape(B, K, X, n)
   mask_B11Ln = lay.mask()[:, :, None]
+  # The products' input dtype: the compute dtype, or float32 when the cache is narrower
+  # (model.cache_dtype) and its values are widened.
   weights_BKXn = masked_softmax(scores_BKXn.reshape(B, K, X // L, L, n), mask_B11Ln).reshape(
-      B, K, X, n).astype(v_blocks[0].dtype)
+      B, K, X, n).astype(jnp.promote_types(q_BKXH.dtype, v_blocks[0].dtype))
   out_BKXH, start = 0, 0
   for vb, size in zip(v_blocks, sizes):
     out_BKXH = out_BKXH + jnp.einsum("bkxn,bknh->bkxh", weights_BKXn[..., start:start + size],
@@ -111,7 +113,8 @@ def cached(q_BLNH, k_blocks, v_blocks, layout: Layout, terms, *, scale, filled=N
 
   `kernel`: use the CPU kernel (transformer/cpu/cached_attention.py) where it applies. It
   reads exactly the filled slots with every core of the device; elsewhere (another backend,
-  a score bias, no AVX2) the prefixes below run.
+  a score bias, no AVX2) the prefixes below run. The blocks may be narrower than the queries
+  (model.cache_dtype); the output has the queries' dtype.
 
   `filled` defaults to what the layout's queries have written (filled_slots): the layout's
   keys describe the cache slots (decode.step_layout). Blocks past the chosen prefix are never
@@ -127,7 +130,7 @@ def cached(q_BLNH, k_blocks, v_blocks, layout: Layout, terms, *, scale, filled=N
   if kernel and cached_attention.refusal(q_BKXH, k_blocks, layout, terms) is None:
     out_BKXH = cached_attention.attention(q_BKXH, tuple(k_blocks), tuple(v_blocks), layout,
                                           filled, scale=scale)
-    return _ungroup(out_BKXH, L).astype(v_blocks[0].dtype)
+    return _ungroup(out_BKXH, L).astype(q_BLNH.dtype)
   branches = [lambda q, k, v, lay, m=m: _prefix(q, k[:m], v[:m], lay, terms, scale)
               for m in range(1, len(lengths) + 1)]
   k_blocks, v_blocks = tuple(k_blocks), tuple(v_blocks)
@@ -137,7 +140,7 @@ def cached(q_BLNH, k_blocks, v_blocks, layout: Layout, terms, *, scale, filled=N
   else:
     which = jnp.searchsorted(jnp.asarray(lengths, jnp.int32), filled)  # first n >= filled
     out_BKXH = jax.lax.switch(which, branches, q_BKXH, k_blocks, v_blocks, layout)
-  return _ungroup(out_BKXH, L).astype(v_blocks[0].dtype)
+  return _ungroup(out_BKXH, L).astype(q_BLNH.dtype)
 
 
 def _ungroup(out_BKXH, L):

@@ -107,11 +107,14 @@ class Attention(nn.Module):
     # Created with the input's shape when absent: decode.init_cache traces a prefill of the
     # cache's length to learn every layer's shapes.
     B, L, K, H = k_BLKH.shape
-    blocks = lambda dtype: to_blocks(jnp.zeros((B, K, L, H), dtype))
-    ck = self.variable("cache", "cached_key", blocks, k_BLKH.dtype)
-    cv = self.variable("cache", "cached_value", blocks, v_BLKH.dtype)
+    # model.cache_dtype may store keys and values narrower than they are computed (half the
+    # cache's memory and of what a step reads in bfloat16); each is rounded once, as stored.
+    dtype = jnp.dtype(self.cfg.get("cache_dtype") or k_BLKH.dtype)  # older configs lack it
+    blocks = lambda: to_blocks(jnp.zeros((B, K, L, H), dtype))
+    ck = self.variable("cache", "cached_key", blocks)
+    cv = self.variable("cache", "cached_value", blocks)
     S = sum(c.shape[2] for c in ck.value)
-    heads_first = lambda x: jnp.swapaxes(x, 1, 2)
+    heads_first = lambda x: jnp.swapaxes(x, 1, 2).astype(dtype)
     if cross:  # the encoder output, read whole at every step: one block
       ck.value, cv.value = (heads_first(k_BLKH),), (heads_first(v_BLKH),)
       return k_BLKH, v_BLKH
