@@ -172,6 +172,41 @@ def test_a_bfloat16_cache_decodes_as_a_float32_one_rounded(kind):
     half, full = (decode.cache_nbytes(decode.init_cache(model(cache_dtype=c), params, 2, 64))
                   for c in ("bfloat16", ""))
     assert 2 * half == full
+    # bfloat16 compute keeps a bfloat16 cache by default, held as its bits too.
+    held = jax.tree.leaves(decode.init_cache(model(dtype="bfloat16"), params, 2, 64))
+    assert {x.dtype for x in held} == {jnp.dtype(jnp.uint16)}
+
+
+def test_a_bfloat16_cache_is_written_in_place():
+  """XLA:CPU computes bfloat16 updates in float32 (a conversion of each whole block per
+  step); the cache holds bfloat16 as its bits, so a step's write stays a one-slot update
+  and the kernel reads the held buffers (the two bitcasts cancel)."""
+  bf16 = jnp.dtype(jnp.bfloat16)
+  assert cached_lib.held_dtype(bf16) == jnp.uint16 and cached_lib.held_dtype("float32") == (
+      jnp.float32)
+  q_BLNH, k_BKSH, v_BKSH, layout = step_case("gqa_across_blocks")
+  k_held, v_held = (cached_lib.to_blocks(cached_lib.to_held(x, bf16)) for x in (k_BKSH, v_BKSH))
+
+  def steps(k_held, v_held):
+    def body(i, carry):
+      k, v, out = carry
+      new = q_BLNH[:, :, :2] * i  # [B, 1, K, H]: this step's key and value
+      k = cached_lib.write_slot(k, cached_lib.to_held(jnp.swapaxes(new, 1, 2), bf16), 400 + i)
+      v = cached_lib.write_slot(v, cached_lib.to_held(jnp.swapaxes(new, 1, 2), bf16), 400 + i)
+      return k, v, out + cached_lib.cached(q_BLNH, cached_lib.as_values(k, bf16),
+                                           cached_lib.as_values(v, bf16), layout,
+                                           AttentionTerms(), scale=0.125, kernel=True)
+    return jax.lax.fori_loop(0, 8, body, (k_held, v_held, jnp.zeros_like(q_BLNH)))
+
+  hlo = jax.jit(steps).lower(k_held, v_held).compile().as_text()
+  assert "transformer_attention_cached" in hlo
+  for block in k_held:
+    shape = ",".join(map(str, block.shape))
+    assert f"f32[{shape}]" not in hlo and f"bf16[{shape}]" not in hlo, shape
+  # Written where asked, rounded once.
+  k, v, _ = jax.jit(steps)(k_held, v_held)
+  slot_BKH = cached_lib.from_blocks(cached_lib.as_values(k, bf16))[:, :, 407].astype(jnp.float32)
+  np.testing.assert_array_equal(slot_BKH, (q_BLNH[:, 0, :2] * 7).astype(bf16).astype(jnp.float32))
 
 
 def test_the_avx2_build_matches_dense(tmp_path):

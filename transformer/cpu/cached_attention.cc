@@ -1,6 +1,7 @@
 // Attention of a decoding step's queries over the filled slots of a KV cache held in blocks,
 // for x86 CPUs with AVX-512 or AVX2, as an XLA FFI custom call. Queries, arithmetic and output
-// are float32; the cache is float32 or bfloat16 (model.cache_dtype), widened as it is read.
+// are float32; the cache is float32 or bfloat16 (model.cache_dtype; passed as its bits,
+// uint16, as XLA:CPU holds it), widened as it is read.
 //
 // A decoding step has a handful of queries per key/value head and reads every filled slot
 // of the cache once: it is bound by reading keys and values, not by arithmetic. XLA's path
@@ -142,8 +143,9 @@ ffi::Error Cached(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi
     auto buf = blocks.get<ffi::AnyBuffer>(j);
     if (!buf.has_value()) return buf.error();
     if (j == 0) type = buf->element_type();
-    if (buf->element_type() != type || (type != ffi::DataType::F32 && type != ffi::DataType::BF16))
-      return ffi::Error::InvalidArgument("the cache blocks must all be float32 or all bfloat16");
+    if (buf->element_type() != type || (type != ffi::DataType::F32 && type != ffi::DataType::U16))
+      return ffi::Error::InvalidArgument(
+          "the cache blocks must all be float32 or all bfloat16 bits (uint16)");
     long size = buf->dimensions()[2];
     (j < nb ? d.k : d.v).push_back(buf->untyped_data());
     if (j < nb) d.start.push_back(at), d.size.push_back(size), at += size;
@@ -157,13 +159,13 @@ ffi::Error Cached(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi
   long chunks = std::max(1L, (most + CHUNK - 1) / CHUNK), W = d.H + 2;
   std::vector<float> parts(d.B * d.K * chunks * d.X * W);
   // Under ~1 MiB of keys and values, waking a helper costs more than it saves.
-  long bytes = type == ffi::DataType::BF16 ? 4 : 8;  // a slot's key and value, per element
+  long bytes = type == ffi::DataType::U16 ? 4 : 8;  // a slot's key and value, per element
   bool small = d.B * d.K * most * d.H * bytes < (1L << 20);
   parallel_for(pool, small ? 1 : threads, d.B * d.K * chunks, [&](long i) {
     thread_local std::vector<float> s;
     s.resize(CHUNK * d.X);
     long b = i / (d.K * chunks), kh = (i / chunks) % d.K, c = i % chunks;
-    auto run = type == ffi::DataType::BF16 ? pick<bf16>(d.H) : pick<float>(d.H);
+    auto run = type == ffi::DataType::U16 ? pick<bf16>(d.H) : pick<float>(d.H);
     run(d, b, kh, c * CHUNK, std::min(n[b], (c + 1) * CHUNK), q.typed_data(),
         qseg.typed_data(), kseg.typed_data(), qidx.typed_data(), kidx.typed_data(), s.data(),
         parts.data() + i * d.X * W);
@@ -197,7 +199,7 @@ ffi::Error Cached(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi
 }  // namespace
 
 // out [B, K, X, H] = f(q [B, K, X, H], segments and indices [B, L] / [B, S], filled [B],
-// key blocks..., value blocks...), the blocks float32 or bfloat16
+// key blocks..., value blocks...), the blocks float32 or bfloat16 bits (uint16)
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TransformerCachedAttention, Cached,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()

@@ -6,7 +6,8 @@ The number of filled slots is a runtime value here, so a step reads exactly thos
 (XLA's path in transformer/model/attention/cached.py reads the shortest static prefix that
 covers them), and the kernel splits the slots into chunks over the device's cores, where
 XLA:CPU runs each row's and head's small products one after another on one thread
-(timings: docs/performance.md, "Generation").
+(timings: docs/performance.md, "Generation"). The queries and arithmetic are float32; the
+cache is float32 or bfloat16 (model.cache_dtype), widened as it is read.
 """
 
 import functools
@@ -81,7 +82,11 @@ def attention(q_BKXH, k_blocks, v_blocks, layout, filled, *, scale) -> jax.Array
   B = q_BKXH.shape[0]
   filled_B = jnp.broadcast_to(jnp.asarray(filled, jnp.int32), (B,))
   i32 = lambda x: x.astype(jnp.int32)
+  # A bfloat16 cache goes in as its bits: on XLA:CPU the cache holds them (cached.held_dtype),
+  # and the two bitcasts cancel, so the kernel reads the cache's own buffers.
+  bits = lambda blocks: tuple(jax.lax.bitcast_convert_type(b, jnp.uint16)
+                              if b.dtype == jnp.bfloat16 else b for b in blocks)
   statics = (float(scale), bool(layout.causal), int(layout.window or 0))
   return _op(len(k_blocks), statics)(
       q_BKXH.astype(jnp.float32), i32(layout.q_seg_BL), i32(layout.k_seg_BS),
-      i32(layout.q_idx_BL), i32(layout.k_idx_BS), filled_B, *k_blocks, *v_blocks)
+      i32(layout.q_idx_BL), i32(layout.k_idx_BS), filled_B, *bits(k_blocks), *bits(v_blocks))

@@ -59,7 +59,8 @@ def from_blocks(blocks) -> jax.Array:
 
 
 def write_slot(blocks, x_BK1H, slot) -> tuple[jax.Array, ...]:
-  """The blocks with slot `slot` (traced) set to x_BK1H. Every block takes an in-place
+  """The blocks with slot `slot` (traced) set to x_BK1H (as the blocks hold it: to_held).
+  Every block takes an in-place
   one-slot update: the new value in the block that holds the slot, its old value elsewhere
   (a switch over blocks would pass every buffer through a conditional)."""
   out, start = [], 0
@@ -71,6 +72,29 @@ def write_slot(blocks, x_BK1H, slot) -> tuple[jax.Array, ...]:
     out.append(jax.lax.dynamic_update_slice_in_dim(c, new, local, axis=2))
     start += n
   return tuple(out)
+
+
+def held_dtype(dtype) -> jnp.dtype:
+  """What a cache of `dtype` holds. On XLA:CPU a 16-bit float cache holds its bits (uint16):
+  XLA:CPU computes 16-bit float slices, selects and updates in float32, which turns the
+  in-place one-slot update of a bfloat16 block into a conversion of the whole block at every
+  step (the cost of the final length again); on its bits the update stays in place."""
+  dtype = jnp.dtype(dtype)
+  return jnp.dtype(jnp.uint16) if dtype.itemsize == 2 and jax.default_backend() == "cpu" \
+      else dtype
+
+
+def to_held(x, dtype) -> jax.Array:
+  """Values for a cache of `dtype`, as it holds them (held_dtype)."""
+  x = x.astype(dtype)
+  held = held_dtype(dtype)
+  return x if held == x.dtype else jax.lax.bitcast_convert_type(x, held)
+
+
+def as_values(blocks, dtype) -> tuple[jax.Array, ...]:
+  """A cache's blocks as values of `dtype` (the inverse of to_held; free, a bitcast)."""
+  return tuple(b if b.dtype == dtype else jax.lax.bitcast_convert_type(b, dtype)
+               for b in blocks)
 
 
 def filled_slots(layout: Layout, slots: int) -> jax.Array:

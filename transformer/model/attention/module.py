@@ -11,7 +11,8 @@ import ml_collections
 
 from transformer.model.dense import Dense, constrain
 from transformer.model.attention import get_implementation
-from transformer.model.attention.cached import cached, from_blocks, to_blocks, write_slot
+from transformer.model.attention.cached import (as_values, cached, from_blocks, held_dtype,
+                                                to_blocks, to_held, write_slot)
 from transformer.model.attention.layout import Layout
 from transformer.model.attention.reference import dense_weights
 from transformer.model.positions import AttentionTerms
@@ -35,9 +36,9 @@ class Attention(nn.Module):
     "step"     self-attention computes only the new tokens' keys/values, writes them at
                their slots and attends to the slots filled so far (the layout's keys are the
                slots; cached.py reads a prefix of the cache that covers them, so a step
-               costs what is filled, not what is allocated); cross-attention reuses what prefill stored: the encoder
-               output is fixed.
-  """
+               costs what is filled, not what is allocated); cross-attention reuses what
+               prefill stored: the encoder output is fixed.
+  The cache holds model.cache_dtype ("" = the keys' own dtype)."""
   cfg: ml_collections.ConfigDict
   deterministic: bool = True
   cache_mode: str = ""
@@ -52,7 +53,7 @@ class Attention(nn.Module):
     q = Dense((N, H), ("embed", "heads", "head_dim"), cfg=cfg, name="query")(x_BLD)
     q = terms.rotate(q, layout.q_pos_BL)
     if mode == "step" and kv_BSD is not None:
-      k, v = self._cache_read()
+      k, v = (as_values(c, self._cache_dtype(x_BLD.dtype)) for c in self._cache_read())
     else:
       kv_in = x_BLD if kv_BSD is None else kv_BSD
       k = Dense((K, H), ("embed", "kv_heads", "head_dim"), cfg=cfg, name="key")(kv_in)
@@ -95,6 +96,10 @@ class Attention(nn.Module):
     self._require_cache()
     return self.get_variable("cache", "cached_key"), self.get_variable("cache", "cached_value")
 
+  def _cache_dtype(self, compute_dtype):
+    """model.cache_dtype ("" = the compute dtype; older configs lack the key)."""
+    return jnp.dtype(self.cfg.get("cache_dtype") or compute_dtype)
+
   def _require_cache(self):
     if self.cache_mode == "step" and not self.has_variable("cache", "cached_key"):
       raise ValueError("cache_mode='step' found no cache; run a prefill first "
@@ -109,12 +114,12 @@ class Attention(nn.Module):
     B, L, K, H = k_BLKH.shape
     # model.cache_dtype may store keys and values narrower than they are computed (half the
     # cache's memory and of what a step reads in bfloat16); each is rounded once, as stored.
-    dtype = jnp.dtype(self.cfg.get("cache_dtype") or k_BLKH.dtype)  # older configs lack it
-    blocks = lambda: to_blocks(jnp.zeros((B, K, L, H), dtype))
+    dtype = self._cache_dtype(k_BLKH.dtype)
+    blocks = lambda: to_blocks(jnp.zeros((B, K, L, H), held_dtype(dtype)))
     ck = self.variable("cache", "cached_key", blocks)
     cv = self.variable("cache", "cached_value", blocks)
     S = sum(c.shape[2] for c in ck.value)
-    heads_first = lambda x: jnp.swapaxes(x, 1, 2).astype(dtype)
+    heads_first = lambda x: to_held(jnp.swapaxes(x, 1, 2), dtype)
     if cross:  # the encoder output, read whole at every step: one block
       ck.value, cv.value = (heads_first(k_BLKH),), (heads_first(v_BLKH),)
       return k_BLKH, v_BLKH
@@ -133,4 +138,4 @@ class Attention(nn.Module):
       put = lambda c, x: to_blocks(from_blocks(c).at[:, :, layout.q_idx_BL[0] % S].set(
           heads_first(x)))
     ck.value, cv.value = put(ck.value, k_BLKH), put(cv.value, v_BLKH)
-    return ck.value, cv.value
+    return as_values(ck.value, dtype), as_values(cv.value, dtype)
