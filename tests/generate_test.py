@@ -50,14 +50,14 @@ def test_cli_prints_the_seeded_continuation(lm_workdir):
 
 
 def test_cli_decodes_with_a_bfloat16_cache(lm_workdir):
-  """--cache_dtype reaches the model (library == CLI); a trained model's greedy text is the
-  float32 cache's (bfloat16 rounds each key and value by at most 2^-9 of itself)."""
+  """--cache_dtype reaches the model: the CLI prints the library's continuation. (Its text may
+  leave the float32 cache's at a near-tie: tests/cpu_cached_attention_test.py bounds the
+  logits instead.)"""
   proc = cli("--workdir", lm_workdir, "--prompt", "The cat", "--max_new_tokens=8",
              "--cache_dtype=bfloat16")
   assert proc.returncode == 0, proc.stderr[-2000:]
   half = generate.continuation(lm_workdir, "The cat", max_new_tokens=8, cache_dtype="bfloat16")
   assert proc.stdout == half + "\n"
-  assert half == generate.continuation(lm_workdir, "The cat", max_new_tokens=8)
 
 
 def test_encoder_decoder_run_generates_greedy_and_beam(seq2seq_workdir):
