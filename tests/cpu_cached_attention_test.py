@@ -57,7 +57,8 @@ def step_case(name, seed=0):
 def test_a_step_matches_dense_over_the_whole_cache(name, cache_dtype):
   """A bfloat16 cache (model.cache_dtype) against dense float32 attention over the same
   rounded keys and values: the kernel widens each value exactly, so only float32 rounding
-  of the arithmetic separates them. XLA's prefixes (kernel=False) are held to the same."""
+  of the arithmetic separates them. XLA's prefixes (kernel=False) are held to the same, and
+  to a float16 cache (which the kernel leaves to them)."""
   q_BLNH, k_BKSH, v_BKSH, layout = step_case(name)
   k_BKSH, v_BKSH = (x.astype(cache_dtype) for x in (k_BKSH, v_BKSH))
   scale = q_BLNH.shape[-1] ** -0.5
@@ -75,6 +76,12 @@ def test_a_step_matches_dense_over_the_whole_cache(name, cache_dtype):
     np.testing.assert_allclose(out, ref, atol=2e-6, rtol=1e-5)
   if name == "all_masked_row":
     assert not np.any(np.asarray(out)[1])  # sees no key: zeros, as masked_softmax gives
+  if cache_dtype == "bfloat16":
+    k16, v16 = (x.astype(jnp.float16) for x in (k_BKSH, v_BKSH))
+    out = step(q_BLNH, cached_lib.to_blocks(k16), cached_lib.to_blocks(v16), layout, False)
+    ref = dense(q_BLNH, *(jnp.swapaxes(x, 1, 2).astype(jnp.float32) for x in (k16, v16)),
+                layout, AttentionTerms(), scale=scale, cfg=None)
+    np.testing.assert_allclose(out, ref, atol=2e-6, rtol=1e-5)
 
 
 def test_cross_attention_reads_every_encoder_slot():

@@ -1,8 +1,8 @@
 """Generation speed with and without the KV cache, and against Hugging Face `generate`.
 
   python -m experiments.benchmarks.generation [--new_tokens 128,256,512,1024] [--prompt 16] \
-      [--hf_new_tokens 256,1024,4096] [--batches 1,8] [--repeats 3] [--cpu_devices 0] [--nohf] [--quick] \
-      [--cache_dtype float32]
+      [--hf_new_tokens 256,1024,4096] [--batches 1,8] [--repeats 3] [--cpu_devices 0] [--nohf] \
+      [--quick] [--cache_dtype float32]
 
 W1: vocab 256, d_model 256, 4 layers, 4 heads, d_ff 1024 GELU, learned positions (max_len
 covers prompt + new tokens), fp32, greedy, no stop token (every run makes exactly T tokens).
@@ -186,8 +186,8 @@ def against_hf(lengths, batches, P, repeats):
   with tempfile.TemporaryDirectory() as tmp:
     torch_model, model, params = hf_gpt2(P, max(lengths), tmp)
   print(f"\nW1 shape as GPT-2 (random weights, fp32, greedy), prompt {P}, model.attention="
-        f"{_ATTENTION.value}, our cache {_CACHE_DTYPE.value}; transformers generate on torch {torch.__version__} with "
-        f"{torch.get_num_threads()} threads")
+        f"{_ATTENTION.value}, our cache {_CACHE_DTYPE.value}; transformers generate on torch "
+        f"{torch.__version__} with {torch.get_num_threads()} threads")
   devices = jax.device_count()
   mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",)) if devices > 1 else None
   print(f"split: the rows over {devices} XLA:CPU devices (batches > 1)" if mesh else

@@ -1,5 +1,6 @@
-// 16 floats (or int32s; or bfloat16s, loaded as floats) as one vector for the CPU kernels (fused_attention.cc,
-// cached_attention.cc): one AVX-512 register, or two AVX2 halves on CPUs without AVX-512.
+// 16 floats (or int32s; or bfloat16s, loaded as floats) as one vector for the CPU kernels
+// (fused_attention.cc, cached_attention.cc): one AVX-512 register, or two AVX2 halves on CPUs
+// without AVX-512.
 // Masks are 16-bit lane masks in both cases. The kernels use only these operations, so both
 // instruction sets run the same code.
 #ifndef TRANSFORMER_CPU_VECTOR16_H_
@@ -10,7 +11,7 @@
 #include <cstdint>
 
 namespace {
-// A bfloat16 as stored (XLA's FFI passes BF16 buffers as uint16_t): load() widens 16 of them.
+// A bfloat16's bits (a KV cache passes them as uint16): load() widens 16 of them to floats.
 struct bf16 {
   uint16_t bits;
 };

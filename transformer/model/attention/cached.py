@@ -60,9 +60,9 @@ def from_blocks(blocks) -> jax.Array:
 
 def write_slot(blocks, x_BK1H, slot) -> tuple[jax.Array, ...]:
   """The blocks with slot `slot` (traced) set to x_BK1H (as the blocks hold it: to_held).
-  Every block takes an in-place
-  one-slot update: the new value in the block that holds the slot, its old value elsewhere
-  (a switch over blocks would pass every buffer through a conditional)."""
+  Every block takes an in-place one-slot update: the new value in the block that holds the
+  slot, its old value elsewhere (a switch over blocks would pass every buffer through a
+  conditional)."""
   out, start = [], 0
   for c in blocks:
     n = c.shape[2]
