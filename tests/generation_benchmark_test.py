@@ -1,6 +1,7 @@
 """experiments/benchmarks/generation.py --quick: both tables print, the cached and recomputed
 tokens agree, greedy decoding of the converted GPT-2 gives Hugging Face's tokens, and the rows
-split over two devices give the same (the benchmark stops otherwise)."""
+split over two devices give the same (the benchmark stops otherwise). cache_dtype.py --quick:
+its table and exponents print, with intervals."""
 
 import os
 import re
@@ -37,3 +38,17 @@ def test_quick_mode_prints_both_comparisons_and_the_libraries_agree():
   assert re.search(r"batch 1, 8 -> 32 new tokens: time ~T\^-?[\d.]+ ours, ~T\^-?[\d.]+ HF", out)
   assert re.search(r"batch 2, 8 -> 32 new tokens: time ~T\^-?[\d.]+ ours, ~T\^-?[\d.]+ split, "
                    r"~T\^-?[\d.]+ HF", out)
+
+
+@pytest.mark.slow
+def test_the_cache_dtype_benchmark_prints_ratios_and_exponents_with_intervals():
+  proc = subprocess.run([sys.executable, "-m", "experiments.benchmarks.cache_dtype", "--quick"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=900,
+                        env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  num, ci = r"-?[\d.]+", r"-?[\d.]+ \[-?[\d.]+, -?[\d.]+\]"
+  rows = re.findall(rf"^\| (\d+) \| {num} \| {num} \| {ci} \| (\d+)/(\d+) \|$", proc.stdout,
+                    re.M)
+  assert [(t, total) for t, _, total in rows] == [("8", "16"), ("16", "32")]
+  for dtype in ("float32", "bfloat16"):
+    assert re.search(rf"^{dtype}: 8 -> 16 new tokens, time ~T\^k, k = {ci}$", proc.stdout, re.M)
