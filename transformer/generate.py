@@ -38,8 +38,8 @@ def continuation(workdir: str, prompt: str, *, max_new_tokens: int = 64,
     raise ValueError("empty --prompt: give some text to condition on.")
   if not length_penalty >= 0:  # NaN too
     raise ValueError(f"--length_penalty must be >= 0 (0 = none), got {length_penalty}.")
-  if cache_dtype and cache_dtype not in models.CACHE_DTYPES:
-    raise ValueError(f"--cache_dtype {cache_dtype!r}: use one of {list(models.CACHE_DTYPES)}.")
+  if cache_dtype and cache_dtype not in models.DTYPES:
+    raise ValueError(f"--cache_dtype {cache_dtype!r}: use one of {list(models.DTYPES)}.")
   _, model_config, params, tokenizer = checkpoint.load_for_inference(workdir, step)
   if cache_dtype:  # a compute key: any checkpoint decodes with any cache dtype
     model_config.cache_dtype = cache_dtype

@@ -4,7 +4,7 @@ interleaved rounds.
   python -m experiments.benchmarks.cache_dtype [--batch 8] [--new_tokens 256,1024,4096] \
       [--rounds 5] [--quick]
 
-The W1 decoder of experiments/benchmarks/generation.py (random weights, fp32 compute,
+The W1 decoder of experiments/benchmarks/decoding.py (random weights, fp32 compute,
 model.attention=auto: the decoding kernel on a CPU), prompts of 16 random tokens, greedy, no
 stop token. Every (dtype, length) program is compiled and run once before the first round;
 each round then decodes every length with a float32 cache and then with a bfloat16 one, so
@@ -24,8 +24,8 @@ from absl import flags
 from transformer import cli
 from transformer.inference import decode
 from transformer.model import models
-from transformer.schema import model_config, position_config
 from transformer.training import throughput
+from experiments.benchmarks.decoding import agreeing, exponent, w1
 from experiments.benchmarks.train_command import mean_ci95
 
 _BATCH = flags.DEFINE_integer("batch", 8, "Rows decoded together.")
@@ -47,12 +47,8 @@ def main(argv):
   lengths = [8, 16] if _QUICK.value else sorted(int(n) for n in _NEW.value)
   if rounds < 2 or B < 1 or len(lengths) < 2:
     raise ValueError("use --rounds >= 2, --batch >= 1 and two or more --new_tokens")
-  # generation.py's W1 decoder (its module's flags would clash with these).
-  cfgs = {dt: model_config(kind="decoder", vocab_size=256, d_model=256, num_layers=4,
-                           num_heads=4, d_ff=1024, ffn="gelu", position=position_config("learned"),
-                           max_len=PROMPT + lengths[-1], attention="auto", cache_dtype=dt)
-          for dt in DTYPES}
-  models_ = {dt: decode.frozen(models.make_model(cfg)) for dt, cfg in cfgs.items()}
+  models_ = {dt: decode.frozen(models.make_model(w1(PROMPT + lengths[-1], attention="auto",
+                                                    cache_dtype=dt))) for dt in DTYPES}
   params = models_["float32"].init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
   prompts = np.random.default_rng(0).integers(4, 256, size=(B, PROMPT)).tolist()
 
@@ -78,13 +74,12 @@ def main(argv):
   print("| ---: | ---: | ---: | ---: | ---: |")
   for T in lengths:
     ratios = [a / b for a, b in zip(seconds["float32", T], seconds["bfloat16", T])]
-    a, b = tokens["float32", T], tokens["bfloat16", T]
-    agree = sum(int(np.argmin(np.append(x == y, False))) for x, y in zip(a, b))
+    agree = agreeing(tokens["float32", T], tokens["bfloat16", T])
     print(f"| {T} | {np.median(seconds['float32', T]):.3f} | "
           f"{np.median(seconds['bfloat16', T]):.3f} | {interval(ratios)} | {agree}/{B * T} |")
   for dt in DTYPES:
     for T1, T2 in zip(lengths, lengths[1:]):
-      ks = [np.log(b / a) / np.log(T2 / T1) for a, b in zip(seconds[dt, T1], seconds[dt, T2])]
+      ks = [exponent(a, b, T1, T2) for a, b in zip(seconds[dt, T1], seconds[dt, T2])]
       print(f"{dt}: {T1} -> {T2} new tokens, time ~T^k, k = {interval(ks)}")
 
 

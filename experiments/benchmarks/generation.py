@@ -49,10 +49,10 @@ import numpy as np
 from absl import flags
 
 from transformer import cli
-from transformer.schema import model_config, position_config
 from transformer.inference import decode
 from transformer.model import models
 from transformer.training import throughput
+from experiments.benchmarks.decoding import agreeing, exponent, w1
 
 _NEW = flags.DEFINE_list("new_tokens", ["128", "256", "512", "1024"], "Lengths to generate.")
 _PROMPT = flags.DEFINE_integer("prompt", 16, "Prompt length (tokens).")
@@ -76,13 +76,6 @@ _CACHE_DTYPE = flags.DEFINE_enum("cache_dtype", "float32", ["float32", "bfloat16
                                 "reads.")
 QUICK = dict(new_tokens=["8", "16"], hf_new_tokens=["8", "32"], batches=["1", "2"],
              prompt=4, repeats=1)
-
-
-def w1(max_len: int):
-  return model_config(kind="decoder", vocab_size=256, d_model=256, num_layers=4, num_heads=4,
-                      d_ff=1024, ffn="gelu", position=position_config("learned"),
-                      max_len=max_len, dtype="float32", attention="dense",
-                      cache_dtype=_CACHE_DTYPE.value)
 
 
 @functools.partial(jax.jit, static_argnames=("model", "new_tokens"))
@@ -116,12 +109,11 @@ def median_seconds(fn, repeats):
 
 def growth(rows, key):
   """k in time ~ T^k between consecutive rows (T, {key: seconds})."""
-  return [float(np.log(b[key] / a[key]) / np.log(b["T"] / a["T"]))
-          for a, b in zip(rows, rows[1:])]
+  return [exponent(a[key], b[key], a["T"], b["T"]) for a, b in zip(rows, rows[1:])]
 
 
 def cache_vs_recompute(lengths, P, repeats):
-  cfg = w1(max_len=P + max(lengths))
+  cfg = w1(P + max(lengths), attention="dense", cache_dtype=_CACHE_DTYPE.value)
   model = decode.frozen(models.make_model(cfg))
   params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
   prompt = np.random.default_rng(0).integers(4, 256, size=P).tolist()
@@ -217,7 +209,7 @@ def against_hf(lengths, batches, P, repeats):
       t_hf, hf_BL = median_seconds(hf_run, repeats)
       hf_BT = hf_BL[:, P:].numpy()
       # Greedy tokens agree up to the first float near-tie; count the common prefix per row.
-      agree = sum(int(np.argmin(np.append(a == b, False))) for a, b in zip(ours_BT, hf_BT))
+      agree = agreeing(ours_BT, hf_BT)
       rows.append(dict(T=T, ours=t_ours, hf=t_hf, split=t_split or t_ours))
       split = (f"{t_split:.3f} | {B * T / t_split:.0f}" if t_split else "- | -")
       split_ratio = f"{t_hf / t_split:.2f}x" if t_split else "-"

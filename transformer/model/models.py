@@ -227,8 +227,8 @@ class EncoderDecoder(nn.Module):
 
 
 MODELS = {"decoder": Decoder, "encoder": Encoder, "encoder_decoder": EncoderDecoder}
-# model.cache_dtype: what decoding's KV cache stores ("" = model.dtype).
-CACHE_DTYPES = ("float32", "bfloat16", "float16")
+# The float dtypes model.dtype, param_dtype and cache_dtype may name ("" = dtype, for the last).
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _choice(value, valid, key):
@@ -246,8 +246,8 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   _choice(cfg.norm_position, ("pre", "post"), "norm_position")
   _choice(cfg.remat, REMAT_POLICIES, "remat")
   for key in ("dtype", "param_dtype"):
-    _choice(cfg[key], ("float32", "bfloat16", "float16"), key)
-  _choice(cfg.get("cache_dtype", ""), ("",) + CACHE_DTYPES, "cache_dtype")
+    _choice(cfg[key], DTYPES, key)
+  _choice(cfg.get("cache_dtype", ""), ("",) + DTYPES, "cache_dtype")
   for key in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_len"):
     if cfg[key] < 1:
       raise ValueError(f"model.{key} must be positive, got {cfg[key]}.")
