@@ -28,3 +28,15 @@ def compilation_cache(tmp_path_factory):
   if os.environ.get("PYTEST_XDIST_WORKER"):
     base = base.parent
   os.environ.update(tiny_run.use_compilation_cache(str(base / "jax_cache")))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def free_compiled_programs():
+  """Free each module's compiled programs when it ends. Every XLA:CPU executable keeps its own
+  memory mappings until it is freed, and an xdist worker runs hundreds of tests: without this,
+  one reached 33k mappings of the kernel's default limit of 65,530 (vm.max_map_count), past
+  which LLVM fails with "Cannot allocate memory" and the worker crashes. Programs the next
+  module needs again come back from the compilation cache above."""
+  yield
+  import jax  # noqa: PLC0415 (not at collection)
+  jax.clear_caches()
