@@ -26,7 +26,7 @@ from transformer.inference import decode
 from transformer.model import models
 from transformer.training import throughput
 from experiments.benchmarks.decoding import agreeing, exponent, w1
-from experiments.benchmarks.train_command import mean_ci95
+from experiments.benchmarks.intervals import mean_ci95
 
 _BATCH = flags.DEFINE_integer("batch", 8, "Rows decoded together.")
 _NEW = flags.DEFINE_list("new_tokens", ["256", "1024", "4096"], "Lengths to generate.")

@@ -37,8 +37,8 @@ import torch
 from absl import flags
 
 from transformer import cli
-# Its workloads and flags (--workloads; train_command's --repeats, interleaved rounds).
-from experiments.benchmarks.train_command import mean_ci95
+from experiments.benchmarks import train_command  # noqa: F401 (its flags: --repeats, rounds)
+from experiments.benchmarks.intervals import mean_ci95
 from experiments.benchmarks.train_throughput import WORKLOADS
 
 FLAGS = flags.FLAGS

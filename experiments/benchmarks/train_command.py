@@ -41,9 +41,9 @@ import threading
 import time
 
 from absl import flags
-from scipy import stats
 
 from transformer import cli
+from experiments.benchmarks.intervals import mean_ci95
 from experiments.benchmarks.train_throughput import WORKLOADS
 
 # train_throughput's flags (--workloads, --cpu_devices, ...) come with its import; the train
@@ -134,13 +134,6 @@ def measure(name: str) -> dict:
     result.update(torch_ms=float(re.search(rf"^{name}\s+([\d.]+)", torch_out, re.M).group(1)),
                   torch_rss=torch_rss)
   return result
-
-
-def mean_ci95(values: list[float]) -> tuple[float, float, float]:
-  """The mean and its t 95% interval (Student, n - 1 degrees of freedom; needs 2+ values)."""
-  mean = statistics.fmean(values)
-  lo, hi = stats.t.interval(0.95, len(values) - 1, loc=mean, scale=stats.sem(values))
-  return mean, float(lo), float(hi)
 
 
 def median_row(rounds: list[dict]) -> dict:
