@@ -74,7 +74,8 @@ def test_error_architecture_override(written):
 @pytest.mark.parametrize("overrides,message", [
     (dict(kind="decoder", position=position_config("alibi")),
      r"no Hugging Face family writes a model.kind='decoder' with position.name='alibi'"),
-    (dict(window=8), r"as a Hugging Face llama checkpoint: model.window=8 would read back as 0"),
+    (dict(window=8), r"as a Hugging Face llama checkpoint \(the family of a decoder with rope positions\): "
+     r"model.window=8 would read back as 0; train with --config.model.KEY=VALUE"),
     (dict(ffn="gelu"), r"llama uses a gated feed-forward; model.ffn='gelu' is not one"),
 ])
 def test_error_model_not_writable(overrides, message, tmp_path):

@@ -225,17 +225,23 @@ def _arch(cfg) -> dict:
 def hf_config(cfg: ml_collections.ConfigDict) -> dict:
   """The config.json of a model config, checked to read back as the same model."""
   family = family_of(cfg)
+  cannot = (f"this model cannot be written as a Hugging Face {family.model_type} checkpoint "
+            f"(the family of a {cfg.kind} with {cfg.position.name} positions)")
+  # What to do: the key is fixed at training time; configs/arch/ holds one model per family.
+  fix = "train with --config.model.KEY=VALUE to match it, as configs/arch/ does"
+  try:
+    written = family.hf_config(cfg)
+  except ValueError as e:
+    raise ValueError(f"{cannot}: {e}; {fix}") from None
   hf = {"architectures": [family.architecture], "model_type": family.model_type,
-        **family.hf_config(cfg), "dtype": cfg.param_dtype}
+        **written, "dtype": cfg.param_dtype}
   names = {r.hf for r in family.rules(cfg)}
   back = _arch(family.config(hf, names, lambda a, b: False))
   now = _arch(cfg)
-  differ = [k for k in now if now[k] != back.get(k)]
+  differ = [f"model.{k}={now[k]!r} would read back as {back.get(k)!r}"
+            for k in now if now[k] != back.get(k)]
   if differ:
-    k = differ[0]
-    raise ValueError(f"this model cannot be written as a Hugging Face {family.model_type} "
-                     f"checkpoint: model.{k}={now[k]!r} would read back as {back.get(k)!r}"
-                     + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""))
+    raise ValueError(f"{cannot}: {', '.join(differ)}; {fix}")
   return hf
 
 
