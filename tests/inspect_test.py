@@ -144,3 +144,36 @@ def test_cli_rejects_unknown_keys():
 def test_impossible_lengths_are_refused(name, kwargs, message):
   with pytest.raises(ValueError, match=message):
     model_stats.report(ARCH[name], **kwargs)
+
+
+def test_cli_reads_a_run_directory(tmp_path):
+  """--workdir reports the model a run was written with: its parameter count is the saved
+  parameters' own, and the report equals --config's for the same model."""
+  import jax
+  from transformer.interop import workdirs
+  from transformer.model import models
+  from transformer.schema import model_config, position_config
+  cfg = model_config(kind="decoder", vocab_size=64, d_model=32, num_layers=2, num_heads=4,
+                     num_kv_heads=2, d_ff=64, max_len=48, ffn="swiglu",
+                     position=position_config("rope"))
+  variables = models.make_model(cfg).init(jax.random.key(0), *models.dummy_inputs(cfg, 1, 8))
+  run = str(tmp_path / "run")
+  workdirs.save_workdir(cfg, {"params": variables["params"]}, run)
+  out = subprocess.run([sys.executable, "-m", "transformer.inspect", "--workdir", run, "--json"],
+                       capture_output=True, text=True, cwd=ROOT)
+  assert out.returncode == 0, out.stderr
+  r = json.loads(out.stdout)
+  assert r["params"]["total"] == sum(x.size for x in jax.tree.leaves(variables["params"]))
+  assert r == json.loads(json.dumps(model_stats.report(cfg)))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--workdir", "nowhere"], "nowhere/config.json not found; --workdir takes a directory"),
+    ([], "pass one of --config CONFIG_FILE or --workdir RUN_DIR"),
+    (["--workdir", "configs", "--config", "configs/arch/gpt2_small.py"], "pass one of"),
+])
+def test_cli_needs_one_source(args, message):
+  out = subprocess.run([sys.executable, "-m", "transformer.inspect", *args],
+                       capture_output=True, text=True, cwd=ROOT)
+  assert out.returncode == 1 and out.stderr.startswith("error: "), out.stderr
+  assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

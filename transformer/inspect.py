@@ -1,13 +1,16 @@
 """What a model config costs, without allocating its weights.
 
   python -m transformer.inspect --config configs/arch/llama3_8b.py [--json] [--length 100000]
+  python -m transformer.inspect --workdir runs/gpt2          # a trained or converted run
 
 The arithmetic is transformer/analysis/model_stats.py.
 """
 
 import json
+import os
 
 import jax
+import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
@@ -15,6 +18,8 @@ from transformer import cli
 from transformer.analysis.model_stats import DTYPE_BYTES, print_report, report
 
 config_flags.DEFINE_config_file("config", None, "Config file with a `model` entry.")
+flags.DEFINE_string("workdir", None, "Instead of --config: a run directory, as the train or "
+                    "convert command wrote it (its config.json).")
 flags.DEFINE_bool("json", False, "Print one JSON object instead of text.")
 flags.DEFINE_integer("length", None, "Sequence length for the length-dependent figures "
                      "(default: model.max_len).")
@@ -23,9 +28,22 @@ flags.DEFINE_integer("new_tokens", 40, "Generated tokens for the comparison coun
 FLAGS = flags.FLAGS
 
 
+def workdir_config(workdir: str) -> ml_collections.ConfigDict:
+  """The model config a run (or a converted checkpoint) was written with."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{path} not found; --workdir takes a directory the train or "
+                            f"convert command wrote")
+  with open(path) as f:
+    return ml_collections.ConfigDict(json.load(f)["model"])
+
+
 def main(argv):
   del argv
-  r = report(cli.config(FLAGS["config"]), FLAGS.length, FLAGS.dtype, FLAGS.new_tokens)
+  if FLAGS["config"].present == bool(FLAGS.workdir):
+    raise ValueError("pass one of --config CONFIG_FILE or --workdir RUN_DIR")
+  cfg = workdir_config(FLAGS.workdir) if FLAGS.workdir else cli.config(FLAGS["config"])
+  r = report(cfg, FLAGS.length, FLAGS.dtype, FLAGS.new_tokens)
   if FLAGS.json:
     print(json.dumps(r, indent=1))
   else:
@@ -35,7 +53,7 @@ def main(argv):
 def run():
   """The `transformer-inspect` console script."""
   jax.config.update("jax_platforms", "cpu")
-  cli.run(main, required=("config",))
+  cli.run(main)
 
 
 if __name__ == "__main__":
