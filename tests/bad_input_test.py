@@ -46,7 +46,7 @@ def _one_error_line(proc) -> str:
      "unexpected arguments ['stray']"),
     (["transformer.generate", "--workdir", "w", "--prompt", "hi", "--no_such_flag"],
      "Unknown command line flag 'no_such_flag'"),
-    (["transformer.inspect"], "--config is required"),
+    (["transformer.inspect"], "pass one of --config CONFIG_FILE or --workdir RUN_DIR"),
     (["transformer.inspect", "--config", LM, "stray"], "unexpected arguments ['stray']"),
     (["transformer.inspect", "--config", LM, "--no_such_flag"],
      "Unknown command line flag 'no_such_flag'"),
