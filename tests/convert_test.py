@@ -328,7 +328,9 @@ def test_generate_from_a_converted_checkpoint(reference, name, tmp_path):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   run = lambda *args: subprocess.run([sys.executable, "-m", *args], cwd=root, check=True,
                                      capture_output=True, text=True).stdout
-  run("transformer.convert", "--from_hf", path, "--to", str(tmp_path / "run"))
+  line = run("transformer.convert", "--from_hf", path, "--to", str(tmp_path / "run"))
+  assert line.strip().endswith(
+      "parameters; tokenizer files tokenizer.json, generation_config.json copied"), line
   with open(tmp_path / "run" / "tokenizer" / "special_ids.json") as f:
     ids = json.load(f)
   with open(os.path.join(path, "config.json")) as f:
@@ -355,6 +357,39 @@ def test_generate_from_a_converted_checkpoint(reference, name, tmp_path):
   assert out.strip() == tok.decode(ids).strip()
 
 
+def test_a_model_only_checkpoint_says_where_its_tokenizer_goes(reference, tmp_path):
+  """A checkpoint without tokenizer files converts, and the convert line says where the
+  model's tokenizer.json must go; generate asks for it there, and runs once it is there."""
+  import shutil
+  import subprocess
+  import sys
+  _, path = reference("gpt2")
+  bare, run = str(tmp_path / "bare"), str(tmp_path / "run")
+  os.makedirs(bare)
+  for name in ("config.json", "model.safetensors", "generation_config.json"):
+    shutil.copyfile(os.path.join(path, name), os.path.join(bare, name))
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  call = lambda *args: subprocess.run([sys.executable, "-m", *args], cwd=root,
+                                      capture_output=True, text=True)
+  done = call("transformer.convert", "--from_hf", bare, "--to", run)
+  tokenizer_dir = os.path.join(run, "tokenizer")
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.strip().endswith(
+      f"no tokenizer.json in {bare} (copied generation_config.json): put the model's "
+      f"tokenizer.json in {tokenizer_dir}/ before generating (transformers' AutoTokenizer "
+      f"save_pretrained writes one), or fine-tune with another --config.data.tokenizer"
+  ), done.stdout
+  generate = ("transformer.generate", "--workdir", run, "--prompt", "the keys",
+              "--max_new_tokens", "3")
+  done = call(*generate)
+  assert done.returncode == 1 and done.stderr.strip() == (
+      f"error: tokenizer 'huggingface' reads {tokenizer_dir}/tokenizer.json, which does not "
+      f"exist: set data.tokenizer_path to a tokenizer.json (or its folder), or copy one there")
+  _save_word_tokenizer(tokenizer_dir, ["the", "keys"])
+  done = call(*generate)
+  assert done.returncode == 0, done.stderr
+
+
 def test_a_bytes_tokenizer_run_round_trips_with_its_tokenizer(tmp_path):
   """A run trained on the built-in bytes tokenizer, exported and imported back, generates:
   the export names the tokenizer and its special ids in config.json."""
@@ -372,8 +407,9 @@ def test_a_bytes_tokenizer_run_round_trips_with_its_tokenizer(tmp_path):
     json.dump(config, f)
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   for args in (["--from", run, "--to_hf", hf], ["--from_hf", hf, "--to", back]):
-    subprocess.run([sys.executable, "-m", "transformer.convert", *args], cwd=root, check=True,
-                   capture_output=True)
+    line = subprocess.run([sys.executable, "-m", "transformer.convert", *args], cwd=root,
+                          check=True, capture_output=True, text=True).stdout
+  assert line.strip().endswith("; tokenizer: the built-in 'bytes', recorded in config.json")
   with open(os.path.join(hf, "config.json")) as f:
     written = json.load(f)
   assert (written["bos_token_id"], written["eos_token_id"], written["pad_token_id"]) == (1, 2, 0)

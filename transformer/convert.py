@@ -39,8 +39,8 @@ def _convert(src, out, workdir, dst):
   if src:
     workdirs.check_new_workdir(out)  # before reading a possibly large checkpoint
     cfg, variables = hf.from_hf(src, dtype=FLAGS.dtype, param_dtype=FLAGS.dtype)
-    workdirs.save_workdir(cfg, variables, out, tokenizer_dir=src)
-    print(f"{src} -> {out}: {cfg.kind}, {_count(variables):,} parameters")
+    note = workdirs.save_workdir(cfg, variables, out, tokenizer_dir=src)
+    print(f"{src} -> {out}: {cfg.kind}, {_count(variables):,} parameters; {note}")
   else:
     hf.check_new_hf_dir(dst)
     cfg, variables = workdirs.load_workdir(workdir, FLAGS.step, for_hf=True)

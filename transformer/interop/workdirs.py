@@ -94,10 +94,10 @@ def check_new_workdir(workdir: str) -> None:
                           f"directory (nothing was written)")
 
 
-def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None) -> None:
+def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None) -> str:
   """Write a run directory holding these parameters as the checkpoint of step 0 (with the
   source's tokenizer files and special ids when `tokenizer_dir` is a HF directory).
-  `workdir` must not exist or be empty."""
+  `workdir` must not exist or be empty. Returns a line on the tokenizer, for the log."""
   check_new_workdir(workdir)
   from transformer.training import checkpoint  # deferred: orbax is only needed here
   config = run_config(cfg)
@@ -110,22 +110,37 @@ def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None)
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json(indent=2, sort_keys=True) + "\n")
+  out = checkpoint.tokenizer_dir(workdir)
+  copied = []
   if tokenizer_dir and config.data.tokenizer == HF_TOKENIZER:
-    out = checkpoint.tokenizer_dir(workdir)
     os.makedirs(out, exist_ok=True)
     for name in TOKENIZER_FILES:
       if os.path.exists(os.path.join(tokenizer_dir, name)):
         shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(out, name))
+        copied.append(name)
     with open(os.path.join(tokenizer_dir, "config.json")) as f:
       ids = special_ids(json.load(f), cfg.kind)
     with open(os.path.join(out, "special_ids.json"), "w") as f:
       json.dump(ids, f)
+  if config.data.tokenizer != HF_TOKENIZER:
+    note = f"tokenizer: the built-in {config.data.tokenizer!r}, recorded in config.json"
+  elif "tokenizer.json" in copied:
+    note = f"tokenizer files {', '.join(copied)} copied"
+  else:
+    # A model-only checkpoint (or one with only slow-tokenizer files, which the tokenizers
+    # package cannot read): say now what generate and fine-tuning will ask for.
+    note = (f"no tokenizer.json in {tokenizer_dir or 'the source'}"
+            + (f" (copied {', '.join(copied)})" if copied else "")
+            + f": put the model's tokenizer.json in {out}/ before generating (transformers' "
+            f"AutoTokenizer save_pretrained writes one), or fine-tune with another "
+            f"--config.data.tokenizer")
   manager = checkpoint.make_manager(workdir, keep=1, keep_best=0, async_save=False)
   params = meta.unbox(variables["params"])
   state = {"params": params, "step": jnp.zeros((), jnp.int32)}
   checkpoint.save(manager, 0, state, {}, config, force=True)
   manager.wait_until_finished()
   manager.close()
+  return note
 
 
 class _ReadOnlyNoiseFilter(std_logging.Filter):
