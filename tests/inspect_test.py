@@ -148,13 +148,15 @@ def test_impossible_lengths_are_refused(name, kwargs, message):
 
 def test_cli_reads_a_run_directory(tmp_path):
   """--workdir reports the model a run was written with: its parameter count is the saved
-  parameters' own, and the report equals --config's for the same model."""
+  parameters' own, and its FLOPs per token are the train command's, at the run's data.seq_len
+  (not model.max_len)."""
   import jax
   from transformer.interop import workdirs
   from transformer.model import models
   from transformer.schema import model_config, position_config
+  from transformer.training import throughput
   cfg = model_config(kind="decoder", vocab_size=64, d_model=32, num_layers=2, num_heads=4,
-                     num_kv_heads=2, d_ff=64, max_len=48, ffn="swiglu",
+                     num_kv_heads=2, d_ff=64, max_len=512, ffn="swiglu",
                      position=position_config("rope"))
   variables = models.make_model(cfg).init(jax.random.key(0), *models.dummy_inputs(cfg, 1, 8))
   run = str(tmp_path / "run")
@@ -163,8 +165,17 @@ def test_cli_reads_a_run_directory(tmp_path):
                        capture_output=True, text=True, cwd=ROOT)
   assert out.returncode == 0, out.stderr
   r = json.loads(out.stdout)
-  assert r["params"]["total"] == sum(x.size for x in jax.tree.leaves(variables["params"]))
-  assert r == json.loads(json.dumps(model_stats.report(cfg)))
+  total = sum(x.size for x in jax.tree.leaves(variables["params"]))
+  assert r["params"]["total"] == total
+  with open(f"{run}/config.json") as f:
+    seq_len = json.load(f)["data"]["seq_len"]
+  assert seq_len < cfg.max_len and r["flops_context"] == dict(tokens=seq_len,
+                                                              source="data.seq_len")
+  assert (r["flops_per_token"], r["flops_per_token_total_params"]) == tuple(
+      throughput.flops_per_token(cfg, seq_len, r["params"]["non_embedding"], total, convention)
+      for convention in ("non_embedding", "total"))
+  # A bare model config has no training context: max_len stands in, as before.
+  assert model_stats.report(cfg)["flops_context"] == dict(tokens=512, source="model.max_len")
 
 
 @pytest.mark.parametrize("args,message", [

@@ -21,21 +21,22 @@ config_flags.DEFINE_config_file("config", None, "Config file with a `model` entr
 flags.DEFINE_string("workdir", None, "Instead of --config: a run directory, as the train or "
                     "convert command wrote it (its config.json).")
 flags.DEFINE_bool("json", False, "Print one JSON object instead of text.")
-flags.DEFINE_integer("length", None, "Sequence length for the length-dependent figures "
-                     "(default: model.max_len).")
+flags.DEFINE_integer("length", None, "Sequence length for the KV-cache and score-matrix "
+                     "figures (default: model.max_len). Training FLOPs per token use the "
+                     "training context: data.seq_len where the config has one.")
 flags.DEFINE_enum("dtype", "bfloat16", sorted(DTYPE_BYTES), "KV-cache element type.")
 flags.DEFINE_integer("new_tokens", 40, "Generated tokens for the comparison count.")
 FLAGS = flags.FLAGS
 
 
 def workdir_config(workdir: str) -> ml_collections.ConfigDict:
-  """The model config a run (or a converted checkpoint) was written with."""
+  """The config a run (or a converted checkpoint) was written with."""
   path = os.path.join(workdir, "config.json")
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path} not found; --workdir takes a directory the train or "
                             f"convert command wrote")
   with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f)["model"])
+    return ml_collections.ConfigDict(json.load(f))
 
 
 def main(argv):

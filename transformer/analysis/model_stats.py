@@ -152,10 +152,15 @@ def report(cfg: ml_collections.ConfigDict, length: int | None = None, dtype: str
                      f"(model.max_len={model.max_len}); pass a shorter --length")
   dbytes = DTYPE_BYTES[dtype]
   params = count_params(model)
-  flops = flops_per_token(model, model.max_len, params["non_embedding"], params["total"])
+  # The training context: an experiment config's (or run's) data.seq_len, as the train
+  # command and the scaling sweeps count FLOPs; a bare model config's max_len.
+  seq_len = cfg.data.get("seq_len") if "model" in cfg and "data" in cfg else None
+  context = dict(tokens=seq_len or model.max_len,
+                 source="data.seq_len" if seq_len else "model.max_len")
+  flops = flops_per_token(model, context["tokens"], params["non_embedding"], params["total"])
   out = dict(kind=model.kind, params=params, flops_per_token=flops["total"],
              flops_per_token_total_params=flops["total_params_convention"],
-             flops_per_token_terms=flops)
+             flops_per_token_terms=flops, flops_context=context)
   param_bytes = params["total"] * DTYPE_BYTES.get(model.param_dtype, 4)
   per_token = kv_cache_bytes(model, 1, dbytes)
   kv = dict(dtype=dtype, bytes_per_token=per_token,
@@ -195,8 +200,9 @@ def print_report(r: dict) -> None:
           f"feed-forward {b['ffn']:,}, norms {b['norms']:,}")
   print(f"  feed-forward share of all parameters: {100 * p['ffn_share']:.1f}%")
   f = r["flops_per_token_terms"]
-  print(f"training FLOPs per token: {_human(f['total'], 'FLOP')}  ({f['formula']}; "
-        f"non-embedding N, Kaplan)")
+  ctx = r["flops_context"]
+  print(f"training FLOPs per token at {ctx['tokens']:,} tokens of context ({ctx['source']}): "
+        f"{_human(f['total'], 'FLOP')}  ({f['formula']}; non-embedding N, Kaplan)")
   print(f"  counting all parameters: {_human(f['total_params_convention'], 'FLOP')}  "
         f"({f['formula_total_params']}; Chinchilla / Porian)")
   if kv["bytes_per_token"]:
