@@ -76,11 +76,18 @@ def _one_error_line(proc) -> str:
     (TRAIN + ["--config.opt.warmup_steps=-1"], "opt.warmup_steps must be >= 0, got -1"),
     (TRAIN + ["--config.train.keep_checkpoints=0", "--config.train.keep_best=0"],
      "train.keep_checkpoints=0 with train.keep_best=0 keeps no checkpoint"),
+    # The analysis commands: a wrong path is one line, and no table header is printed first.
+    (["experiments.probes.embeddings", "nowhere"], "no checkpoint under nowhere/checkpoints"),
+    (["experiments.scaling.eval_noise", "nowhere"], "nowhere: no finished run with two"),
+    (["experiments.probes.replication", "--published", "a.json", "--replica", "b.json"],
+     "--published=a.json: cannot read it as JSON"),
+    (["experiments.probes.replication", "--published", "a.json"], "--replica is required"),
 ], ids=lambda v: " ".join(a.replace(LM, "LM") for a in v) if isinstance(v, list) else None)
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, command, want):
   proc = _cli(tmp_path, *command)
   line = _one_error_line(proc)
   assert want in line, line
+  assert proc.stdout == "", proc.stdout
   assert os.listdir(tmp_path) == []
 
 

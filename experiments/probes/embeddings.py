@@ -52,8 +52,7 @@ def main(argv: list[str]) -> None:
   runs = argv[1:]
   if not runs:
     raise SystemExit("error: give at least one run directory (one with checkpoints/)")
-  print(f"| run | {FLAGS.tokens}: mean cosine | norm | {FLAGS.reference}: mean cosine | norm |")
-  print("| --- | ---: | ---: | ---: | ---: |")
+  lines = []  # every run read before the table starts, so a bad one is one line and no table
   for i, run in enumerate(runs):
     _, model_config, params, tokenizer = checkpoint.load_for_inference(run)
     ids, ref = _ids(tokenizer, FLAGS.tokens), _ids(tokenizer, FLAGS.reference)
@@ -64,7 +63,10 @@ def main(argv: list[str]) -> None:
       rows.insert(0, ("fresh initialization of that model", _embedding(fresh)))
     for name, table in rows:
       (c, n), (rc, rn) = similarity(table, ids), similarity(table, ref)
-      print(f"| {name} | {c:+.3f} | {n:.3f} | {rc:+.3f} | {rn:.3f} |")
+      lines.append(f"| {name} | {c:+.3f} | {n:.3f} | {rc:+.3f} | {rn:.3f} |")
+  print(f"| run | {FLAGS.tokens}: mean cosine | norm | {FLAGS.reference}: mean cosine | norm |")
+  print("| --- | ---: | ---: | ---: | ---: |")
+  print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ import json
 import re
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 from scipy import stats
+
+from transformer import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("published", None, "results.json of the probes run to reproduce")
@@ -117,10 +119,10 @@ def read_results(path: str, flag: str) -> dict:
     with open(path) as f:
       results = json.load(f)
   except (OSError, ValueError) as e:
-    raise SystemExit(f"--{flag}={path}: cannot read it as JSON ({e}); give the results.json a "
-                     f"probes run wrote in its workdir")
+    raise ValueError(f"--{flag}={path}: cannot read it as JSON ({e}); give the results.json a "
+                     f"probes run wrote in its workdir") from None
   if "agreement" not in results:
-    raise SystemExit(f"--{flag}={path} has no 'agreement' results; give a probes results.json")
+    raise ValueError(f"--{flag}={path} has no 'agreement' results; give a probes results.json")
   return results
 
 
@@ -128,12 +130,8 @@ def main(argv):
   del argv
   published = read_results(FLAGS.published, "published")
   replica = read_results(FLAGS.replica, "replica")
-  try:
-    print(table(compare(published, replica)))
-  except ValueError as e:
-    raise SystemExit(str(e))
+  print(table(compare(published, replica)))
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["published", "replica"])
-  app.run(main)
+  cli.run(main, required=("published", "replica"))

@@ -43,11 +43,14 @@ def grid_noise(grid: str) -> dict:
 def main(grids) -> None:
   if not grids:
     raise SystemExit(__doc__)
+  try:  # every grid read before the table starts, so a bad one is one line and no table
+    noise = {grid: grid_noise(grid) for grid in grids}
+  except (OSError, ValueError) as e:
+    raise SystemExit(f"error: {e}") from None
   print("| grid | runs | final - previous: median | max abs | abs > 0.05 "
         "| consecutive abs change, last half: median | 90th pct | max |")
   print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-  for grid in grids:
-    n = grid_noise(grid)
+  for grid, n in noise.items():
     print(f"| {grid} | {n['runs']} | {n['final_minus_previous_median']:+.3f} "
           f"| {n['final_minus_previous_max_abs']:.3f} | {n['final_jumps_over_0.05']} "
           f"| {n['swing_median']:.3f} | {n['swing_p90']:.3f} | {n['swing_max']:.3f} |")
