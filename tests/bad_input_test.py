@@ -82,6 +82,8 @@ def _one_error_line(proc) -> str:
     (["experiments.probes.replication", "--published", "a.json", "--replica", "b.json"],
      "--published=a.json: cannot read it as JSON"),
     (["experiments.probes.replication", "--published", "a.json"], "--replica is required"),
+    (["experiments.scaling.lr_law", "--workdir", "nowhere"],
+     "nowhere/sweep.json not found; --workdir takes the directory of the design=lr_sweep"),
 ], ids=lambda v: " ".join(a.replace(LM, "LM") for a in v) if isinstance(v, list) else None)
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, command, want):
   proc = _cli(tmp_path, *command)

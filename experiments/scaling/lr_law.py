@@ -60,7 +60,12 @@ def fit_lr_law(sizes, per_size, *, tol: float = 0.005, bootstrap: int = 1000, se
 
 def from_sweep(workdir: str, tol: float = 0.005) -> dict:
   from launch import sweep
-  with open(os.path.join(workdir, "sweep.json")) as f:
+  path = os.path.join(workdir, "sweep.json")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{path} not found; --workdir takes the directory of the "
+                            f"design=lr_sweep sweep (launch.local --config "
+                            f"configs/scaling.py:design=lr_sweep --workdir DIR)")
+  with open(path) as f:
     record = json.load(f)
   convention = record["sweep"].get("size_convention", "non_embedding")
   rows = [r for r in sweep.read_sweep(workdir) if r["summary"]]
