@@ -225,11 +225,32 @@ def plan(config, workdir: str, *, config_arg: str, python: str = "python",
          module: str = "transformer.train", extra_flags=(), launcher=()) -> list[dict]:
   """expand(config) with each run's argv under `command`; writes DIR/sweep.json."""
   runs = expand(config)
+  if module == "transformer.train":
+    check_run_configs(config, runs)
   for r in runs:
     r["command"] = train_command(python, module, config_arg, os.path.join(workdir, r["name"]),
                                  r["overrides"], extra_flags)
   write_sweep_json(workdir, config, runs, list(launcher))
   return runs
+
+
+def check_run_configs(config, runs: list[dict]) -> None:
+  """The train command's own config checks on every run, before any is launched: a value
+  that is the right type but wrong for the model (num_heads not dividing d_model) would
+  otherwise fail only when its run starts, after the runs before it have trained."""
+  # Deferred: the checks import the model and data layers, which only a launch needs.
+  from transformer.training.config_checks import check_config
+  for r in runs:
+    run_config = config.copy_and_resolve_references()
+    with run_config.unlocked():
+      for key, value in r["overrides"].items():
+        parser = _PARSERS.get(config_path.get_type(key, config))
+        config_path.set_value(key, run_config,
+                              parser.parse(format_value(value)) if parser else value)
+    try:
+      check_config(run_config)
+    except ValueError as e:
+      raise ValueError(f"run {r['name']}: {e}") from None
 
 
 def write_sweep_json(workdir: str, config, runs: list[dict], command: list[str]) -> str:

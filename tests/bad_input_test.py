@@ -69,6 +69,9 @@ def _one_error_line(proc) -> str:
      "sweep value 'maybe' for train.async_checkpoint is not a bool"),
     (["launch.local", "--config", LM, "--workdir", "w", "--trials=2",
       "--sweep=model.num_layers=uniform(1,8)"], "for model.num_layers is not an int"),
+    # ... or of the right type but wrong for the model: refused before the first run trains.
+    (["launch.local", "--config", LM, "--workdir", "w", "--sweep=model.num_heads=2,3"],
+     "run num_heads=3: model.d_model=64 is not divisible by model.num_heads=3"),
     # Config values the trainer refuses in check_config, before anything is built.
     (TRAIN + ["--config.train.eval_batches=0"], "train.eval_batches must be >= 1, got 0"),
     (TRAIN + ["--config.opt.lr=-0.001"], "opt.lr must be a finite number >= 0, got -0.001"),
