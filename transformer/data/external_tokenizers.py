@@ -88,7 +88,8 @@ class HuggingFaceTokenizer:
       path = os.path.join(path, HF_FILE)
     if not os.path.exists(path):
       raise ValueError(f"tokenizer 'huggingface' reads {path}, which does not exist: set "
-                       f"data.tokenizer_path to a tokenizer.json (or its folder), or copy one there")
+                       f"data.tokenizer_path to a tokenizer.json (or its folder), or copy one "
+                       f"there")
     try:
       self._tok = tokenizers.Tokenizer.from_file(path)
     except Exception as e:  # tokenizers raises a bare Exception on bad JSON
