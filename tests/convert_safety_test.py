@@ -23,6 +23,26 @@ def test_workdir_round_trip(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, back["params"], variables["params"])
 
 
+def test_export_of_a_missing_or_damaged_step_names_the_saved_steps(tmp_path):
+  """--from WORKDIR --step N reads only an intact checkpoint of a step the run saved."""
+  cfg = _ours("gpt2")
+  run = str(tmp_path / "run")
+  workdirs.save_workdir(cfg, _init(cfg), run)
+  with pytest.raises(FileNotFoundError, match=r"no checkpoint of step 5 under .*run/checkpoints; "
+                     r"saved steps: \[0\]"):
+    workdirs.load_workdir(run, 5)
+  step_dir = os.path.join(run, "checkpoints", "0")
+  assert os.path.exists(os.path.join(step_dir, "sha256sums.json"))  # as a trained run's steps
+  shards = [os.path.join(d, f) for d, _, files in os.walk(os.path.join(step_dir, "params"))
+            for f in files]
+  with open(max(shards, key=os.path.getsize), "r+b") as f:  # flip a byte of the largest
+    first = f.read(1)
+    f.seek(0)
+    f.write(bytes([first[0] ^ 0xFF]))
+  with pytest.raises(ValueError, match=r"the step-0 checkpoint in .* is damaged"):
+    workdirs.load_workdir(run)
+
+
 # Nothing a user saved is lost: a conversion refuses a destination holding a run or a model.
 
 def _snapshot(path):

@@ -4,14 +4,12 @@ model like a trained one; and the tokenizer that travels with an export.
 """
 
 import json
-import logging as std_logging
 import os
 import shutil
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-from absl import logging
 from flax.linen import meta
 
 from transformer.interop.hf import _read_json, hf_config
@@ -138,18 +136,8 @@ def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None)
   params = meta.unbox(variables["params"])
   state = {"params": params, "step": jnp.zeros((), jnp.int32)}
   checkpoint.save(manager, 0, state, {}, config, force=True)
-  manager.wait_until_finished()
-  manager.close()
+  checkpoint.close(manager)  # with its sha256 record, as a trained run's steps have
   return note
-
-
-class _ReadOnlyNoiseFilter(std_logging.Filter):
-  """Orbax warns three times that the read-only manager it was asked for is read only."""
-
-  def filter(self, record):
-    message = record.getMessage()
-    return not message.startswith(("CheckpointManagerOptions.read_only=True",
-                                    "Given directory is read only"))
 
 
 def load_workdir(workdir: str, step: int | None = None, for_hf: bool = False):
@@ -161,15 +149,9 @@ def load_workdir(workdir: str, step: int | None = None, for_hf: bool = False):
   if not os.path.isdir(os.path.join(workdir, "checkpoints")):
     raise FileNotFoundError(f"{workdir}/checkpoints not found; give a run directory written by "
                             f"transformer.train or --from_hf")
-  logger = logging.get_absl_logger()
-  if not any(isinstance(f, _ReadOnlyNoiseFilter) for f in logger.filters):
-    logger.addFilter(_ReadOnlyNoiseFilter())
-  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
-                                  options=ocp.CheckpointManagerOptions(read_only=True))
+  manager = checkpoint.read_only_manager(workdir)
   try:
-    step = manager.latest_step() if step is None else step
-    if step is None:
-      raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints")
+    step = checkpoint.readable_step(manager, step, workdir)
     cfg = checkpoint.read_config(manager, step).model
     if for_hf:
       hf_config(cfg)

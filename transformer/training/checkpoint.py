@@ -53,12 +53,28 @@ def _filter_once(logger, cls) -> None:
 
 
 def read_only_manager(workdir: str) -> ocp.CheckpointManager:
-  """A manager that reads another run's checkpoints (train.init_from) and never writes."""
-  logger = absl_logging.get_absl_logger()
-  if not any(isinstance(f, _ReadOnlyNoiseFilter) for f in logger.filters):
-    logger.addFilter(_ReadOnlyNoiseFilter())
+  """A manager that reads a run's checkpoints (inference, conversion, train.init_from) and
+  never writes."""
+  _filter_once(absl_logging.get_absl_logger(), _ReadOnlyNoiseFilter)
   return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
                                options=ocp.CheckpointManagerOptions(read_only=True))
+
+
+def readable_step(manager, step: int | None, workdir: str) -> int:
+  """The latest (or given) step of a read-only manager, refused in one line when it is
+  missing or damaged, naming the steps there are."""
+  saved = sorted(manager.all_steps())
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints")
+  if step not in saved:
+    raise FileNotFoundError(f"no checkpoint of step {step} under {workdir}/checkpoints; "
+                            f"saved steps: {saved}")
+  damage = checkpoint_integrity.problem(os.path.join(str(manager.directory), str(step)))
+  if damage is not None:
+    raise ValueError(f"the step-{step} checkpoint in {manager.directory} is damaged ({damage}); "
+                     f"pass --step with another of {saved}")
+  return step
 
 
 def make_manager(workdir: str, keep: int = 3, keep_best: int = 1,
@@ -244,18 +260,8 @@ def load_for_inference(workdir: str, step: int | None = None):
   from transformer import data
   from transformer.model import models
   from transformer.training import train_state
-  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
-                                  options=ocp.CheckpointManagerOptions(read_only=True))
-  step = manager.latest_step() if step is None else step
-  if step is None:
-    raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints")
-  if step not in manager.all_steps():
-    raise FileNotFoundError(f"no checkpoint of step {step} under {workdir}/checkpoints; "
-                            f"saved steps: {sorted(manager.all_steps())}")
-  damage = checkpoint_integrity.problem(os.path.join(str(manager.directory), str(step)))
-  if damage is not None:
-    raise ValueError(f"the step-{step} checkpoint in {manager.directory} is damaged ({damage}); "
-                     f"pass --step with another of {sorted(manager.all_steps())}")
+  manager = read_only_manager(workdir)
+  step = readable_step(manager, step, workdir)
   config = read_config(manager, step)
   model = models.make_model(config.model)
   _, abstract = train_state.abstract_params(model, config)
