@@ -10,37 +10,24 @@ import numpy as np
 import pytest
 
 from helpers import tiny_run
+from helpers.damage import biggest, flip
 from transformer.training import checkpoint, checkpoint_integrity, loop
 
 
-def _biggest(folder):
-  files = [os.path.join(p, n) for p, _, names in os.walk(folder) for n in names]
-  return max(files, key=os.path.getsize)
-
-
 def _truncate(step_dir):
-  path = _biggest(os.path.join(step_dir, "params"))
+  path = biggest(os.path.join(step_dir, "params"))
   with open(path, "r+b") as f:
     f.truncate(1000)
 
 
 def _delete(step_dir):
-  os.remove(_biggest(os.path.join(step_dir, "train_state")))
-
-
-def _flip(step_dir):
-  path = _biggest(os.path.join(step_dir, "params"))
-  with open(path, "r+b") as f:
-    f.seek(5000)
-    byte = f.read(1)
-    f.seek(5000)
-    f.write(bytes([byte[0] ^ 0xFF]))
+  os.remove(biggest(os.path.join(step_dir, "train_state")))
 
 
 DAMAGE = {  # name: (what to do to step 4, the step it names, the words that say why)
     "truncated": (_truncate, 4, r"params/.* has 1000 bytes, \d+ when saved"),
     "deleted": (_delete, 4, r"train_state/.* is missing"),
-    "flipped": (_flip, 4, r"params/.* changed since it was saved \(sha256 mismatch\)"),
+    "flipped": (flip, 4, r"params/.* changed since it was saved \(sha256 mismatch\)"),
     "empty step folder": (lambda d: os.makedirs(d.replace("/4", "/6")), 6,
                           r"an empty or stray step folder"),
     "partial step folder": (lambda d: shutil.copytree(os.path.join(d, "params"),
@@ -165,7 +152,7 @@ def test_two_damaged_steps_of_the_same_number_are_both_kept(tmp_path, trained):
       shutil.copytree(workdir / "checkpoints", copy / "checkpoints")
     else:
       shutil.copytree(workdir, copy)
-    _flip(str(copy / "checkpoints" / "4"))
+    flip(str(copy / "checkpoints" / "4"))
     checkpoint_integrity.set_aside_damaged(str(copy), lambda line: None)
   assert sorted(os.listdir(copy / "checkpoints_damaged")) == ["4", "4.1"]
 
@@ -174,7 +161,7 @@ def test_generate_refuses_a_damaged_step_in_one_line(tmp_path, trained):
   workdir, _ = trained
   copy = tmp_path / "run"
   shutil.copytree(workdir, copy)
-  _flip(str(copy / "checkpoints" / "4"))
+  flip(str(copy / "checkpoints" / "4"))
   with pytest.raises(ValueError, match=r"the step-4 checkpoint in .* is damaged \(params/"):
     checkpoint.load_for_inference(str(copy))
   checkpoint.load_for_inference(str(copy), step=2)  # the intact one still loads
@@ -184,7 +171,7 @@ def test_the_nan_guard_names_the_newest_intact_step(tmp_path, trained):
   workdir, _ = trained
   copy = tmp_path / "run"
   shutil.copytree(workdir, copy)
-  _flip(str(copy / "checkpoints" / "4"))  # damaged after it was saved, during the run
+  flip(str(copy / "checkpoints" / "4"))  # damaged after it was saved, during the run
   manager = checkpoint.make_manager(str(copy))
   error = loop._non_finite(7, {"loss": float("nan"), "grad_norm": float("nan")}, manager)
   manager.close()

@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests.helpers.damage import flip
 from tests.helpers.tiny_models import init_params as _init, ours as _ours
 from transformer.interop import hf, workdirs
 
@@ -33,12 +34,7 @@ def test_export_of_a_missing_or_damaged_step_names_the_saved_steps(tmp_path):
     workdirs.load_workdir(run, 5)
   step_dir = os.path.join(run, "checkpoints", "0")
   assert os.path.exists(os.path.join(step_dir, "sha256sums.json"))  # as a trained run's steps
-  shards = [os.path.join(d, f) for d, _, files in os.walk(os.path.join(step_dir, "params"))
-            for f in files]
-  with open(max(shards, key=os.path.getsize), "r+b") as f:  # flip a byte of the largest
-    first = f.read(1)
-    f.seek(0)
-    f.write(bytes([first[0] ^ 0xFF]))
+  flip(step_dir)
   with pytest.raises(ValueError, match=r"the step-0 checkpoint in .* is damaged"):
     workdirs.load_workdir(run)
 

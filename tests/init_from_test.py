@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tests.helpers import tiny_run
+from tests.helpers.damage import flip
 from transformer.training import metrics_file, tensorboard_events
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,7 +71,7 @@ def test_init_from_a_run_starts_at_its_loss_and_resumes_itself(data_dir, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["mismatch", "no_checkpoints", "missing_step"])
+@pytest.mark.parametrize("case", ["mismatch", "no_checkpoints", "missing_step", "damaged"])
 def test_init_from_errors_are_one_line_before_compute(case, data_dir, tmp_path):
   src = tmp_path / "src"
   if case == "no_checkpoints":
@@ -78,8 +79,13 @@ def test_init_from_errors_are_one_line_before_compute(case, data_dir, tmp_path):
     spec, needle = str(src), "checkpoints not found"
   else:
     _tiny(src, data_dir, "train.steps=2")
-    spec, needle = (str(src), "model.d_model, model.num_heads differ") if case == "mismatch" \
-        else (f"{src}:7", "no checkpoint of step 7")
+    spec, needle = {
+        "mismatch": (str(src), "model.d_model, model.num_heads differ"),
+        "missing_step": (f"{src}:7", "no checkpoint of step 7"),
+        "damaged": (str(src), f"the step-2 checkpoint in {src}/checkpoints is damaged (params/"),
+    }[case]
+    if case == "damaged":
+      flip(str(src / "checkpoints" / "2"))
   cmd = [sys.executable, "-m", "transformer.train", "--config=configs/lm.py:size=xs",
          f"--workdir={tmp_path / 'ft'}", f"--config.train.init_from={spec}",
          "--config.data.size=tiny", f"--config.data.data_dir={data_dir}"]

@@ -60,9 +60,9 @@ def read_only_manager(workdir: str) -> ocp.CheckpointManager:
                                options=ocp.CheckpointManagerOptions(read_only=True))
 
 
-def readable_step(manager, step: int | None, workdir: str) -> int:
+def readable_step(manager, step: int | None, workdir: str, choose: str = "pass --step") -> int:
   """The latest (or given) step of a read-only manager, refused in one line when it is
-  missing or damaged, naming the steps there are."""
+  missing or damaged, naming the steps there are (and `choose`: how to pick another)."""
   saved = sorted(manager.all_steps())
   step = manager.latest_step() if step is None else step
   if step is None:
@@ -73,7 +73,7 @@ def readable_step(manager, step: int | None, workdir: str) -> int:
   damage = checkpoint_integrity.problem(os.path.join(str(manager.directory), str(step)))
   if damage is not None:
     raise ValueError(f"the step-{step} checkpoint in {manager.directory} is damaged ({damage}); "
-                     f"pass --step with another of {saved}")
+                     f"{choose} with another of {saved}")
   return step
 
 

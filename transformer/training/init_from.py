@@ -46,7 +46,7 @@ def parse(spec: str) -> tuple[str, int | None]:
 
 def open_source(config) -> Source:
   """The source named by config.train.init_from, checked against `config`: one-line errors
-  for a path without checkpoints, a missing step, or a different model."""
+  for a path without checkpoints, a missing or damaged step, or a different model."""
   spec = config.train.init_from
   workdir, step = parse(spec)
   directory = os.path.join(os.path.abspath(workdir), "checkpoints")
@@ -55,15 +55,12 @@ def open_source(config) -> Source:
     raise FileNotFoundError(f"train.init_from={spec}: {directory} not found; {hint}")
   manager = checkpoint.read_only_manager(workdir)
   try:
-    steps = sorted(manager.all_steps())
-    if not steps:
-      raise FileNotFoundError(f"train.init_from={spec}: no checkpoint under {directory}; "
-                              f"{hint}")
-    if step is None:
-      step = steps[-1]
-    elif step not in steps:
-      raise FileNotFoundError(f"train.init_from={spec}: no checkpoint of step {step} under "
-                              f"{directory}; saved steps: {steps}")
+    try:  # a missing step names the saved ones; a damaged one is refused, not fine-tuned from
+      step = checkpoint.readable_step(manager, step, workdir,
+                                      choose=f"set train.init_from={workdir}:STEP")
+    except (FileNotFoundError, ValueError) as e:
+      raise type(e)(f"train.init_from={spec}: {e}"
+                    + (f"; {hint}" if not manager.all_steps() else "")) from None
     saved = checkpoint.read_config(manager, step)
   finally:
     manager.close()
