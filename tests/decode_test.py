@@ -200,7 +200,8 @@ def test_sample_filters_and_temperature():
 
 def test_beam_search_finds_the_exhaustive_best_with_length_penalty():
   """Vocabulary 6, 3 new tokens, 36 beams keep every prefix, so beam search must return the
-  exact ranking of all hypotheses that end in EOS, by log p / ((5 + length) / 6) ** alpha."""
+  exact ranking of all hypotheses, by log p / ((5 + length) / 6) ** alpha: those that end in
+  EOS, and those that max_new_tokens cuts (scored at that length)."""
   V, T, alpha = 6, 3, 0.6
   cfg = tiny("encoder_decoder", "t5_bias", vocab_size=V, num_layers=1)
   model = models.make_model(cfg)
@@ -220,10 +221,10 @@ def test_beam_search_finds_the_exhaustive_best_with_length_penalty():
                                  -1)[..., 0]
     best = {}
     for s, lp in zip(seqs_NT, logp_NT):
-      if decode.EOS_ID in s:
-        end = list(s).index(decode.EOS_ID) + 1
-        best[tuple(s[:end])] = lp[:end].sum() / ((5 + end) / 6) ** alpha
-    ranked = sorted(best.items(), key=lambda kv: -kv[1])[:5]
+      end = list(s).index(decode.EOS_ID) + 1 if decode.EOS_ID in s else T
+      best[tuple(s[:end])] = lp[:end].sum() / ((5 + end) / 6) ** alpha
+    ranked = sorted(best.items(), key=lambda kv: -kv[1])[:V * V]  # all the beams return
+    assert any(decode.EOS_ID not in seq for seq, _ in ranked)  # both kinds are ranked here
     for w, (seq, score) in enumerate(ranked):
       assert tuple(tokens_BWT[b, w, :len(seq)]) == seq
       assert (tokens_BWT[b, w, len(seq):] == decode.PAD_ID).all()

@@ -87,11 +87,13 @@ def _beam_search(model, params, tokens_BP, start_B, enc_tokens, enc_seg, eos_id,
   t, carry, _ = jax.lax.while_loop(lambda loop: ~done(loop[1], loop[0]), body,
                                    (jnp.int32(1), carry, state))
   alive_BWT, alive_lp_BW, fin_BWT, fin_score_BW, _ = carry
-  # Rows where nothing finished return their alive beams, scored at the length reached.
-  none_B = ~jnp.isfinite(fin_score_BW[:, 0])
-  tokens_BWT = jnp.where(none_B[:, None, None], alive_BWT, fin_BWT)
-  scores_BW = jnp.where(none_B[:, None], alive_lp_BW / length_penalty(t.astype(jnp.float32),
-                                                                      alpha), fin_score_BW)
+  # The beams still alive compete with the finished ones, scored at the length reached, as
+  # Hugging Face's beam search finalizes them. Returning the finished ones alone (T5X's
+  # rule) lets one early EOS of tiny probability win over every hypothesis that
+  # max_new_tokens cut. When `done` ended the loop early, no alive beam can enter the best W.
+  alive_score_BW = alive_lp_BW / length_penalty(t.astype(jnp.float32), alpha)
+  scores_BW, keep = jax.lax.top_k(jnp.concatenate([fin_score_BW, alive_score_BW], 1), W)
+  tokens_BWT = jnp.take_along_axis(jnp.concatenate([fin_BWT, alive_BWT], 1), keep[..., None], 1)
   return tokens_BWT, scores_BW
 
 
@@ -101,9 +103,9 @@ def beam_search(model, params, prompts: Sequence[Sequence[int]] | None, *,
   """(tokens_BWT, scores_BW), best first, both numpy.
 
   A hypothesis is finished when it emits eos_id (kept, padded after); its score is
-  log p(tokens) / length_penalty(number of tokens, alpha). Rows where no hypothesis finished
-  within max_new_tokens return the alive beams instead. Prompts and encoder_inputs as for
-  `generate`.
+  log p(tokens) / length_penalty(number of tokens, alpha). Hypotheses that reach
+  max_new_tokens without eos_id are ranked with the finished ones, scored the same way at
+  that length. Prompts and encoder_inputs as for `generate`.
   """
   if not (isinstance(beam_size, (int, np.integer)) and beam_size >= 1):
     raise ValueError(f"beam_size must be an integer >= 1, got {beam_size}.")
