@@ -149,7 +149,7 @@ def expand(config) -> list[dict]:
     _check_key(config, key)  # here, not after N runs each die on the same typo
   for r in runs:
     for key, value in r["overrides"].items():
-      _check_value(config, key, value)  # ... or on a value of the wrong type
+      _parsed_value(config, key, value)  # ... or on a value of the wrong type
   return runs
 
 
@@ -159,15 +159,16 @@ _PARSERS = {float: absl_flags.FloatParser(), bool: absl_flags.BooleanParser(),
             tuple: tuple_parser.TupleParser()}
 
 
-def _check_value(config, key: str, value) -> None:
-  """Refuse a swept value that the run's --config.KEY flag would not parse, before any run
-  is launched (each would fail on it after the launcher made its folder)."""
+def _parsed_value(config, key: str, value):
+  """A swept value as the run's --config.KEY flag sets it; refused if the flag would not
+  parse it, before any run is launched (each would fail on it after the launcher made its
+  folder)."""
   kind = config_path.get_type(key, config)
   parser = _PARSERS.get(kind)
   if parser is None or config_path.get_value(key, config) is None:
-    return  # a field without a type (None) takes any literal
+    return value  # a field without a type (None) takes any literal
   try:
-    parser.parse(format_value(value))
+    return parser.parse(format_value(value))
   except (ValueError, TypeError, absl_flags.Error):
     article = "an" if kind.__name__[0] in "aeiou" else "a"
     raise ValueError(f"sweep value {value!r} for {key} is not {article} {kind.__name__} (the "
@@ -244,9 +245,7 @@ def check_run_configs(config, runs: list[dict]) -> None:
     run_config = config.copy_and_resolve_references()
     with run_config.unlocked():
       for key, value in r["overrides"].items():
-        parser = _PARSERS.get(config_path.get_type(key, config))
-        config_path.set_value(key, run_config,
-                              parser.parse(format_value(value)) if parser else value)
+        config_path.set_value(key, run_config, _parsed_value(config, key, value))
     try:
       check_config(run_config)
     except ValueError as e:

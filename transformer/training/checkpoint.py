@@ -64,7 +64,7 @@ def readable_step(manager, step: int | None, workdir: str, choose: str = "pass -
   """The latest (or given) step of a read-only manager, refused in one line when it is
   missing or damaged, naming the steps there are (and `choose`: how to pick another)."""
   saved = sorted(manager.all_steps())
-  step = manager.latest_step() if step is None else step
+  step = (saved[-1] if saved else None) if step is None else step  # one listing, not two
   if step is None:
     raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints")
   if step not in saved:
