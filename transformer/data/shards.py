@@ -4,8 +4,10 @@ The data is cut into `num_shards` shards (default: one per process). Shard s yie
 s*b .. (s+1)*b-1 of every global batch (b = batch_size / num_shards), and process p owns a
 contiguous run of shards, which is exactly the block of rows its devices hold in a
 batch-sharded array. So one process with 2 shards feeds the model the same global batches
-as two processes with one shard each: runs agree across host counts, and a job can resume
-on a different number of hosts without changing its data order.
+as two processes with one shard each: runs with the same `num_shards` agree across host
+counts, and a job that set it can resume on any number of hosts that divides it without
+changing its data order. The default ties the stream to the process count, so a job that left
+it at 0 resumes on the number of processes it started with (another is refused).
 """
 
 import jax
@@ -29,6 +31,7 @@ class ShardedBatches:
       raise ValueError(f"train.batch_size={batch_size} is not divisible by "
                        f"train.data_shards={num_shards}")
     self.split = split
+    self.num_shards, self.processes = num_shards, processes
     per_process = num_shards // processes
     self.shard_ids = list(range(process * per_process, (process + 1) * per_process))
     self._iterators = {
@@ -52,6 +55,16 @@ class ShardedBatches:
     return {str(s): data.iterator_state(it) for s, it in self._iterators.items()}
 
   def set_state(self, states: dict) -> None:
+    # The checkpoint holds every shard's position (gather_host_states), so its keys count the
+    # shards of the stream it saved. A position in a stream cut another way indexes other data:
+    # train.data_shards=0 on another number of processes would resume a different experiment.
+    if len(states) != self.num_shards:
+      # Only train.data_shards=0 gets here: a changed setting is refused with the config.
+      raise ValueError(
+          f"the checkpoint's data stream has {len(states)} shards (train.data_shards=0: one "
+          f"per process, on the {len(states)} processes that saved it) and this job has "
+          f"{self.num_shards}: resume it on {len(states)} processes (a run that sets "
+          f"train.data_shards can resume on any number of processes that divides it)")
     missing = [s for s in self.shard_ids if str(s) not in states]
     if missing:
       raise ValueError(f"checkpoint has no data position for shards {missing}; it was "
