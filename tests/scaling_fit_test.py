@@ -120,6 +120,51 @@ def test_fit_chinchilla_rejects_bad_input():
     fit.fit_chinchilla([1e6, 1e7], [1e9, 1e9], [3.0, 2.5])
 
 
+def _isoflop_grid(seeds, sizes=5, noise=0.01, rng_seed=0):
+  """Every budget's `sizes` sizes around Hoffmann's optimum, `seeds` runs each, additive noise."""
+  budget, n = [], []
+  for c in (1e17, 1e18, 1e19, 1e20):
+    centre = fit.compute_optimal(HOFFMANN, c)["N_opt"]
+    for size in centre * np.logspace(-0.6, 0.6, sizes):
+      budget += [c] * seeds
+      n += [size] * seeds
+  budget, n = np.array(budget), np.array(n)
+  d = budget / (6 * n)
+  loss = fit.predict_loss(HOFFMANN, n, d)
+  return budget, n, d, loss + np.random.default_rng(rng_seed).normal(0, noise, len(n))
+
+
+def test_approach_2_noise_from_residuals_counts_their_degrees_of_freedom():
+  """One seed per point: sigma is the residual sd of the parabolas on points - 3 per parabola
+  (their mean square alone reads sqrt(2/5) of the noise with 5 points each, and the intervals
+  cover ~75% of the time)."""
+  budget, n, d, loss = _isoflop_grid(seeds=1)
+  got = fit.fit_isoflop_local(budget, n, loss, d, budget, bootstrap=20)
+  ssr = sum(np.polyfit(np.log10(n[budget == c]), loss[budget == c], 2, full=True)[1][0]
+            for c in np.unique(budget))
+  assert got["seed_noise"]["sigma_dof"] == 4 * (5 - 3)
+  assert got["seed_noise"]["sigma_used"] == pytest.approx(np.sqrt(ssr / 8), rel=1e-9)
+  # Three points per parabola leave no residual: no interval, not a zero-width one.
+  three = fit.fit_isoflop_local(*_isoflop_grid(seeds=1, sizes=3)[:3], bootstrap=20)
+  assert "ci" not in three and "none" in three["seed_noise"]["sigma_from"]
+
+
+def test_approach_2_bootstrap_moves_a_seed_mean_by_sigma_over_root_seeds():
+  """Three seeds per point must give the intervals of one run per point at the seed mean with
+  noise sigma/sqrt(3); resampling the seeds with replacement gave ~0.8 of that width."""
+  budget, n, d, loss = _isoflop_grid(seeds=3)
+  seeded = fit.fit_isoflop_local(budget, n, loss, d, budget, bootstrap=1000, seed=1)
+  one = np.arange(0, len(n), 3)
+  sigma = seeded["seed_noise"]["sigma"]
+  assert sigma == pytest.approx(0.01, rel=0.25)
+  means = fit.fit_isoflop_local(budget[one], n[one], loss.reshape(-1, 3).mean(1), d[one],
+                                budget[one], bootstrap=1000, seed=2, sigma=sigma / np.sqrt(3))
+  log_width = lambda ci: np.log(ci[1] / ci[0])
+  ratios = [log_width(a["ci"][key]) / log_width(b["ci"][key])
+            for a, b in zip(seeded["curves"], means["curves"]) for key in ("N_opt", "L_opt")]
+  assert np.exp(np.mean(np.log(ratios))) == pytest.approx(1.0, abs=0.08)
+
+
 def test_isoflop_recovers_exponent():
   # IsoFLOP curves of Hoffmann's law, 7 sizes spanning 16x around each budget's optimum.
   rng = np.random.default_rng(0)

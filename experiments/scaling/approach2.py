@@ -1,6 +1,6 @@
 """Chinchilla's approach 2: IsoFLOP curves. Each budget's minimum over N from a parabola in
-log N (all points, or a local fit over the points nearest the minimum with a bootstrap that
-resamples seed noise), then N_opt and D_opt against C as power laws."""
+log N (all points, or a local fit over the points nearest the minimum with a parametric
+bootstrap of seed noise), then N_opt and D_opt against C as power laws."""
 
 import math
 
@@ -132,10 +132,14 @@ def fit_isoflop_local(budget, N, L, D=None, C=None, *, points: int = 5, bootstra
   reported convention) are read off each curve at its vertex (log-linear in log N), so the
   power laws use the FLOPs of whichever convention C counts. Each curve reports how many
   sampled sizes lie left and right of its measured minimum (`bracketed`: >= 2 each side).
-  The bootstrap resamples seed noise: at a point with several seeds, the seeds with
-  replacement; at a point with one, that loss plus Gaussian noise of the pooled seed
-  standard deviation (`sigma`, from seed_noise() unless given); then every curve and both
-  power laws are refitted, and `ci` holds 95% percentile intervals.
+  The bootstrap is parametric: every run's loss plus Gaussian noise of the seed standard
+  deviation, so a point's seed mean moves by sigma/sqrt(seeds) as a real one does (resampling
+  two or three seeds with replacement would move it by only sqrt((n-1)/n) of that). sigma is
+  `sigma` when given (taken as exact), else the pooled within-point sd of seed_noise(), else,
+  with no repeated seeds, the local parabolas' residual sd on their degrees of freedom (points
+  less 3 per parabola); an estimated sigma is redrawn per resample from its scaled chi-square
+  distribution, so that the intervals carry its uncertainty as a t interval does. Every curve
+  and both power laws are refitted per resample, and `ci` holds 95% percentile intervals.
   """
   budget, N, L = positive_arrays("fit_isoflop_local", budget=budget, N=N, L=L)
   logd = None if D is None else np.log10(positive_arrays("fit_isoflop_local", N=N, D=D)[1])
@@ -151,32 +155,35 @@ def fit_isoflop_local(budget, N, L, D=None, C=None, *, points: int = 5, bootstra
   noise = seed_noise(budget, N, L)
   out["seed_noise"] = noise
   if bootstrap:
-    sig = noise["sigma"] if sigma is None else sigma
-    if not np.isfinite(sig):
+    sig, dof = noise["sigma"], noise["dof"]
+    if sigma is not None:
+      sig, dof = float(sigma), math.inf
+    elif not np.isfinite(sig):
       # No point has two seeds: the spread of the local parabolas' residuals stands in.
       def on(k):
         near = np.isclose(N[:, None], np.asarray(k["points"])[None, :], rtol=1e-9).any(axis=1)
         return (budget == k["C"]) & near
       res = [L[on(k)] - np.polyval(k["coef"], np.log10(N[on(k)]))
              for k in curves if "coef" in k]
-      sig = float(np.sqrt(np.mean(np.concatenate(res) ** 2))) if res else 0.0
+      dof = sum(len(r) - 3 for r in res)
+      sig = float(np.sqrt(sum(float((r ** 2).sum()) for r in res) / dof)) if dof > 0 else math.nan
       out["seed_noise"]["sigma_from"] = "parabola residuals (no repeated seeds)"
+    if not np.isfinite(sig):
+      # Three points per parabola and one seed each leave no residual to estimate noise from:
+      # no interval rather than a zero-width one.
+      out["seed_noise"]["sigma_from"] = "none (one seed per point, 3 points per parabola)"
+      return out
     rng = np.random.default_rng(seed)
-    keys = [(c, n) for c in np.unique(budget) for n in np.unique(N[budget == c])]
     samples = []
     for _ in range(bootstrap):
-      L2 = L.copy()
-      for c, n in keys:
-        idx = np.flatnonzero((budget == c) & (N == n))
-        if len(idx) >= 2:
-          L2[idx] = L[rng.choice(idx, len(idx))]
-        else:
-          L2[idx] = L[idx] + rng.normal(0, sig, len(idx))
+      s = sig if math.isinf(dof) else sig * math.sqrt(dof / rng.chisquare(dof))
+      L2 = L + rng.normal(0, s, len(L))
       L2 = np.maximum(L2, 1e-9)
       curves2 = _isoflop_local_once(budget, N, L2, logd, logc, points)
       samples.append((curves2, _power_laws(curves2)))
     out["bootstrap"] = bootstrap
     out["seed_noise"]["sigma_used"] = sig
+    out["seed_noise"]["sigma_dof"] = dof if math.isfinite(dof) else None
     # An exponent the data give no point estimate of (fewer than two bracketed budgets) gets
     # no interval either, though some resamples might bracket two.
     out["ci"] = {k: interval([p.get(k, math.nan) for _, p in samples]) if k in out
