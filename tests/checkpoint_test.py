@@ -42,6 +42,17 @@ def test_compatibility_allows_runtime_keys_and_names_real_differences(tmp_path):
                      r"\(model.num_layers: 2 saved vs 3 now, model.position.name: 'rope' "
                      r"saved vs 'alibi' now\)"):
     checkpoint.check_compatible(saved, deeper, "w")
+  # An approximation of attention is another model, not another kernel.
+  for attention in ("linear", "block_sparse"):
+    with pytest.raises(ValueError, match=rf"different model \(model.attention: 'softmax' "
+                       rf"saved vs '{attention}"):
+      checkpoint.check_compatible(saved, tiny_run.tiny_config(
+          str(tmp_path), **{"model.attention": attention}), "w")
+  chunk = tiny_run.tiny_config(str(tmp_path), **{"model.attention": "block_sparse"})
+  with pytest.raises(ValueError, match=r"attention_chunk=\d+' saved vs 'block_sparse with "
+                     r"attention_chunk=8' now"):
+    checkpoint.check_compatible(chunk, tiny_run.tiny_config(
+        str(tmp_path), **{"model.attention": "block_sparse", "model.attention_chunk": 8}), "w")
 
 
 @pytest.mark.parametrize("key,value", [

@@ -77,6 +77,10 @@ def test_error_architecture_override(written):
     (dict(window=8), r"as a Hugging Face llama checkpoint \(the family of a decoder with rope positions\): "
      r"model.window=8 would read back as 0; train with --config.model.KEY=VALUE"),
     (dict(ffn="gelu"), r"llama uses a gated feed-forward; model.ffn='gelu' is not one"),
+    # Approximate attention is another function: written as softmax it would compute another.
+    (dict(attention="linear"), r"model.attention='linear' would read back as 'softmax'"),
+    (dict(attention="block_sparse", attention_chunk=16),
+     r"model.attention='block_sparse with attention_chunk=16' would read back as 'softmax'"),
 ])
 def test_error_model_not_writable(overrides, message, tmp_path):
   cfg = _ours("llama", **overrides)

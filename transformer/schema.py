@@ -17,6 +17,18 @@ COMPUTE_KEYS = ("attention", "attention_chunk", "attention_query_block", "remat"
 # override when importing a checkpoint, and ignored when checking that an export is exact.
 RUNTIME_KEYS = COMPUTE_KEYS + ("dtype", "param_dtype", "scan_layers", "dropout_rate",
                                "attention_dropout_rate")
+# Attention "implementations" that compute another function than softmax attention
+# (model/attention/approximate.py). Starting one from a softmax model's weights is allowed
+# (train.init_from, convert --from_hf), but resuming a run with another function, or
+# exporting one as a softmax model, is refused: attention_function tells them apart.
+APPROXIMATE_ATTENTION = ("linear", "block_sparse")
+
+
+def attention_function(model: ml_collections.ConfigDict) -> str:
+  """What a model config's attention computes: "softmax" for every exact implementation."""
+  if model.attention == "block_sparse":  # its blocks are attention_chunk long
+    return f"block_sparse with attention_chunk={model.attention_chunk}"
+  return model.attention if model.attention in APPROXIMATE_ATTENTION else "softmax"
 # What a checkpoint's data positions index into: the same positions in another stream
 # (other data, tokenizer, row layout, batch or shuffle) would resume some other experiment.
 # Every data.* key counts except where the data lives.

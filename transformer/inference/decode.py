@@ -39,6 +39,7 @@ import ml_collections
 import numpy as np
 from flax import struct
 
+from transformer import schema
 from transformer.model import models, positions
 from transformer.model.attention import Layout, make_layout
 
@@ -48,7 +49,7 @@ PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 KINDS = ("decoder", "encoder_decoder")
 # Approximations of softmax attention (or a different pattern) that a cached step, which
 # uses exact softmax over the cache, would not reproduce.
-UNSUPPORTED_ATTENTION = ("linear", "block_sparse")
+UNSUPPORTED_ATTENTION = schema.APPROXIMATE_ATTENTION
 
 
 # ---------------------------------------------------------------------------------------------

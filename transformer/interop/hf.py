@@ -202,6 +202,7 @@ def _arch(cfg) -> dict:
   c = cfg.to_dict()
   for key in RUNTIME_KEYS:
     c.pop(key)
+  c["attention"] = schema.attention_function(cfg)  # softmax, or an approximation of it
   c["num_kv_heads"], c["head_dim"] = models.num_kv_heads(cfg), models.head_dim(cfg)
   if cfg.kind == "encoder_decoder":
     c["num_encoder_layers"] = cfg.num_encoder_layers or cfg.num_layers

@@ -207,6 +207,9 @@ def check_compatible(saved_config, config, directory: str) -> None:
   stream (they were added since, with defaults that keep the old behaviour)."""
   model = differences(saved_config, config, lambda k: k.startswith("model.") and
                       k.split(".", 1)[1] not in schema.COMPUTE_KEYS)
+  functions = [schema.attention_function(c.model) for c in (saved_config, config)]
+  if functions[0] != functions[1]:  # an approximation is another model, not another kernel
+    model.append(("model.attention", *functions))
   if model:
     raise ValueError(f"{directory} holds a checkpoint of a different model "
                      f"({describe(model)}); use a new --workdir or the saved config")
