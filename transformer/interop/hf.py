@@ -111,11 +111,11 @@ class Checkpoint:
   def same(self, a: str, b: str) -> bool:
     return b in self.files and np.array_equal(self.get(a), self.get(b))
 
-  def check_unused(self, used: set) -> None:
-    """Every tensor is used, a known buffer, or an exact copy of one that is used."""
+  def check_unused(self, used: set, mirrors: dict) -> None:
+    """Every tensor is used, a known buffer, a mirror, or an exact copy of one that is used."""
     fam = self.family
     for name in sorted(self.names - used):
-      if any(re.search(p, name) for p in fam.ignored):
+      if name in mirrors or any(re.search(p, name) for p in fam.ignored):
         continue
       if name in fam.duplicates:
         if self.same(name, fam.duplicates[name]):
@@ -124,6 +124,11 @@ class Checkpoint:
                          f"of which {fam.model_type} keeps one copy")
       raise ValueError(f"{self.path}: tensor {name!r} is not part of the {fam.model_type} "
                        f"model we build (another architecture or head?)")
+
+
+def _mirrors(family, cfg) -> dict:
+  """Tensors transformers keeps beside a rule's own for this config (see Bert.mirrors)."""
+  return family.mirrors(cfg) if hasattr(family, "mirrors") else {}
 
 
 def check_new_hf_dir(path: str) -> None:
@@ -263,8 +268,11 @@ def from_hf(path: str, **overrides) -> tuple[ml_collections.ConfigDict, dict]:
   expected = _param_shapes(cfg)
   dtype = jnp.dtype(cfg.param_dtype)
   flat, used = {}, set()
+  mirrors = _mirrors(family, cfg)
+  stand_ins = {hf: mirror for mirror, hf in mirrors.items() if mirror in ckpt.names}
   for rule in family.rules(cfg):
-    x = ckpt.get(rule.hf, needed_for=", ".join(rule.ours))
+    name = rule.hf if rule.hf in ckpt.names else stand_ins.get(rule.hf, rule.hf)
+    x = ckpt.get(name, needed_for=", ".join(rule.ours))
     want = [expected[p].shape for p in rule.ours]
     try:
       parts = rule.to_ours(x)
@@ -274,11 +282,11 @@ def from_hf(path: str, **overrides) -> tuple[ml_collections.ConfigDict, dict]:
       raise ValueError(f"{path}: tensor {rule.hf!r} has shape {tuple(x.shape)}, which does not "
                        f"fit {', '.join(rule.ours)} of shape {', '.join(map(str, want))}")
     flat.update({p: jnp.asarray(a, dtype) for p, a in zip(rule.ours, parts)})
-    used.add(rule.hf)
+    used.add(name)
   unfilled = sorted(set(expected) - set(flat))
   if unfilled:
     raise ValueError(f"{path}: no {family.model_type} tensor fills parameter {unfilled[0]!r}")
-  ckpt.check_unused(used)
+  ckpt.check_unused(used, mirrors)
   params = traverse_util.unflatten_dict(flat, sep="/")
   return cfg, {"params": _scan(params) if cfg.scan_layers else params}
 
@@ -300,6 +308,8 @@ def to_hf(cfg: ml_collections.ConfigDict, variables: dict, path: str,
         raise ValueError(f"parameter {p!r} is missing (it makes tensor {rule.hf!r})")
     tensors[rule.hf] = np.ascontiguousarray(rule.to_hf(*(np.asarray(flat[p]) for p in rule.ours)))
     used.update(rule.ours)
+  for mirror, source in _mirrors(family, cfg).items():
+    tensors[mirror] = tensors[source]
   extra = sorted(set(flat) - used)
   if extra:
     raise ValueError(f"parameter {extra[0]!r} has no place in a {family.model_type} checkpoint")

@@ -239,7 +239,7 @@ class Bert:
              *norm(f"{e}.LayerNorm", "tower/embed_norm"),
              *dense("cls.predictions.transform.dense", "head/transform"),
              *norm("cls.predictions.transform.LayerNorm", "head/transform_norm"),
-             same("cls.predictions.bias", "head/bias")]
+             same(self._bias(cfg), "head/bias")]
     for i in range(cfg.num_layers):
       p, o = f"bert.encoder.layer.{i}", f"tower/stack/layers_{i}"
       a = f"{p}.attention"
@@ -254,6 +254,17 @@ class Bert:
     if not cfg.tie_embeddings:
       rules.append(linear("cls.predictions.decoder.weight", "head/logits/kernel"))
     return rules
+
+  @staticmethod
+  def _bias(cfg):
+    # transformers ties decoder.bias to predictions.bias only with tied embeddings; an untied
+    # head adds decoder.bias, and predictions.bias is then unused (transformers 5).
+    return "cls.predictions.bias" if cfg.tie_embeddings else "cls.predictions.decoder.bias"
+
+  def mirrors(self, cfg):
+    """{tensor: the rule's tensor it stands beside}: written as a copy on export (transformers
+    4 links the two), read when the rule's own is missing, and otherwise not read on import."""
+    return {} if cfg.tie_embeddings else {"cls.predictions.bias": self._bias(cfg)}
 
 
 T5_FEED_FORWARD = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new",
