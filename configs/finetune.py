@@ -32,7 +32,8 @@ def get_config(arg: str | None = None):
       schema.objective_config(saved["objective"]["name"]))
   flat = schema.flatten(config.to_dict())
   for key, value in schema.flatten(saved).items():
-    if key in flat and not key.startswith(("train.", "opt.")):
+    # Not the source's mesh, logging or schedule: those belong to where and how it trained.
+    if key in flat and key.startswith(("model.", "data.", "objective.")):
       node = config
       *parents, leaf = key.split(".")
       for p in parents:

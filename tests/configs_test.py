@@ -47,3 +47,23 @@ def test_a_seq2seq_split_longer_than_seq_len_is_refused_before_training():
                                        "tokens but data.seq_len=64; raise data.seq_len to at "
                                        "least 66"):
     data.validate(config.data, "seq2seq", splits=("train", "test_long"))
+
+
+def test_finetune_config_takes_the_model_data_and_batch_but_not_the_mesh(tmp_path):
+  """configs/finetune.py copies what decides the model and its data stream, not where or how
+  the source trained (its mesh could need more devices than the fine-tuning machine has)."""
+  import json
+  from configs import finetune
+  from transformer import schema
+  source = schema.experiment_config(schema.model_config(kind="decoder", num_layers=3),
+                                    data.default_config(), schema.objective_config("lm"))
+  source.data.seq_len, source.train.batch_size, source.train.steps = 64, 12, 5000
+  source.mesh.shape, source.opt.lr = (4, 1, 2), 3.0
+  (tmp_path / "config.json").write_text(json.dumps(source.to_dict()))
+  got = finetune.get_config(f"from={tmp_path},steps=10")
+  assert got.model.num_layers == 3 and got.data.seq_len == 64 and got.train.batch_size == 12
+  assert got.objective.name == "lm" and got.train.init_from == str(tmp_path)
+  fresh = schema.experiment_config(schema.model_config(), data.default_config(),
+                                   schema.objective_config("lm"))
+  assert tuple(got.mesh.shape) == tuple(fresh.mesh.shape)
+  assert got.train.steps == 10 and got.opt.lr == 1e-4
