@@ -81,8 +81,11 @@ def test_error_architecture_override(written):
     (dict(attention="linear"), r"model.attention='linear' would read back as 'softmax'"),
     (dict(attention="block_sparse", attention_chunk=16),
      r"model.attention='block_sparse with attention_chunk=16' would read back as 'softmax'"),
+    (("bert", dict(num_token_types=0)),
+     r"bert checkpoint.*: bert embeds token types; model.num_token_types=0 has no table; train"),
 ])
 def test_error_model_not_writable(overrides, message, tmp_path):
-  cfg = _ours("llama", **overrides)
+  family, overrides = overrides if isinstance(overrides, tuple) else ("llama", overrides)
+  cfg = _ours(family, **overrides)
   with pytest.raises(ValueError, match=message):
     hf.to_hf(cfg, {"params": {}}, str(tmp_path))

@@ -223,6 +223,8 @@ class Bert:
         attention_dropout_rate=hf.get("attention_probs_dropout_prob", 0.1))
 
   def hf_config(self, cfg):
+    if cfg.num_token_types < 1:  # else the export fails later, on a missing tensor
+      raise ValueError("bert embeds token types; model.num_token_types=0 has no table")
     return dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
                 num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
                 intermediate_size=cfg.d_ff, hidden_act=_act_name(cfg.ffn, False, "bert"),
