@@ -11,7 +11,8 @@ from the command line); "none"/0 stand for "off" instead of None.
 import ml_collections
 
 # Model keys that choose *how* the same function is computed, not *what* it is: changing them
-# on resume is allowed (e.g. switch attention kernels or add remat to fit a bigger batch).
+# on resume is allowed (e.g. switch attention kernels or add remat to fit a bigger batch), as
+# long as attention_function (below) stays the same.
 COMPUTE_KEYS = ("attention", "attention_chunk", "attention_query_block", "remat", "cache_dtype")
 # Those, plus the keys of storage (dtypes, the scanned layout) and training-only noise: free to
 # override when importing a checkpoint, and ignored when checking that an export is exact.
@@ -29,6 +30,8 @@ def attention_function(model: ml_collections.ConfigDict) -> str:
   if model.attention == "block_sparse":  # its blocks are attention_chunk long
     return f"block_sparse with attention_chunk={model.attention_chunk}"
   return model.attention if model.attention in APPROXIMATE_ATTENTION else "softmax"
+
+
 # What a checkpoint's data positions index into: the same positions in another stream
 # (other data, tokenizer, row layout, batch or shuffle) would resume some other experiment.
 # Every data.* key counts except where the data lives.

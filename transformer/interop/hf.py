@@ -279,7 +279,7 @@ def from_hf(path: str, **overrides) -> tuple[ml_collections.ConfigDict, dict]:
     except ValueError:
       parts = None
     if parts is None or [p.shape for p in parts] != want:
-      raise ValueError(f"{path}: tensor {rule.hf!r} has shape {tuple(x.shape)}, which does not "
+      raise ValueError(f"{path}: tensor {name!r} has shape {tuple(x.shape)}, which does not "
                        f"fit {', '.join(rule.ours)} of shape {', '.join(map(str, want))}")
     flat.update({p: jnp.asarray(a, dtype) for p, a in zip(rule.ours, parts)})
     used.add(name)
