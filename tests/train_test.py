@@ -146,6 +146,24 @@ def test_cpu_split_into_per_core_devices_trains_the_same_model(tmp_path, data_di
                              [reference["losses"][s] for s in steps], rtol=1e-5)
 
 
+def test_hashing_a_saved_checkpoint_stays_out_of_the_step_time(tmp_path, data_dir,
+                                                               monkeypatch):
+  """The sha256 record of a background save is written on the training thread; like the save,
+  it is left out of step_time_s (it took 1.5 s / 4 steps = 375 ms a step in one window)."""
+  import time
+  from transformer.training import checkpoint_integrity
+  record = checkpoint_integrity.record
+  monkeypatch.setattr(checkpoint_integrity, "record",
+                      lambda *a, **k: (time.sleep(1.5), record(*a, **k))[1])
+  config = tiny_run.tiny_config(data_dir, **{"train.steps": 60, "train.log_every": 4,
+                                             "train.checkpoint_every": 30,
+                                             "train.eval_every": 100})
+  loop.train_and_evaluate(config, str(tmp_path))
+  rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  times = [r["step_time_s"] for r in rows if "step_time_s" in r]
+  assert len(times) >= 5 and max(times[1:]) < 0.25, times  # the first holds the compile
+
+
 def test_every_seed_is_evaluated_on_the_same_tokens(data_dir):
   """The eval windows follow train.eval_seed, not train.seed: seeds compare on one eval set."""
   config = tiny_run.tiny_config(data_dir, **{"train.eval_batches": 2})

@@ -142,11 +142,10 @@ def finish(manager) -> None:
         checkpoint_integrity.record(steps[step])
 
 
-def check_saving(manager) -> None:
-  """Per step: `finish` a background save as soon as it ended, so a failed one stops the run
-  at once instead of at the next save, and the sums are recorded while the run goes on."""
-  if id(manager) in _in_flight and not manager.is_saving_in_progress():
-    finish(manager)
+def save_ended(manager) -> bool:
+  """Per step: whether a background save has ended and awaits `finish`, so that a failed one
+  stops the run at once instead of at the next save, and the sums are recorded meanwhile."""
+  return id(manager) in _in_flight and not manager.is_saving_in_progress()
 
 
 def close(manager, failing: bool = False) -> None:

@@ -339,7 +339,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
         state, metrics = profile(step, train_step, state, batch)
         window.append(metrics)
         log.tick(step)
-        checkpoint.check_saving(manager)  # a failed background save stops the run here
+        if checkpoint.save_ended(manager):  # a failed background save stops the run here
+          # Hashing the saved step is the save's cost, not the step's: out of the step time,
+          # once the step it would overlap with is done.
+          jax.block_until_ready(metrics)
+          with stopwatch.paused():
+            checkpoint.finish(manager)
         previous = metrics
 
         stopping = stop.requested(step, config.train.log_every)
