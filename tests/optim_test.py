@@ -64,12 +64,42 @@ def test_every_optimizer_descends(name):
 
 def test_decay_mask_uses_logical_names_not_ndim():
   names = {"kernel": P("embed", "mlp"), "scale": P("embed"), "stacked_scale": P("layers", "embed"),
-           "unnamed_matrix": P(), "unnamed_vector": P()}
+           "unnamed_matrix": P(), "unnamed_vector": P(),
+           "query": {"kernel": P("embed", "heads", "head_dim"), "bias": P("heads", "head_dim")}}
   shapes = {"kernel": jnp.zeros((2, 3)), "scale": jnp.zeros(2), "stacked_scale": jnp.zeros((4, 2)),
-            "unnamed_matrix": jnp.zeros((2, 2)), "unnamed_vector": jnp.zeros(2)}
+            "unnamed_matrix": jnp.zeros((2, 2)), "unnamed_vector": jnp.zeros(2),
+            "query": {"kernel": jnp.zeros((2, 2, 3)), "bias": jnp.zeros((2, 3))}}
   mask = optim.weight_decay_mask(names, shapes)
   assert mask == {"kernel": True, "scale": False, "stacked_scale": False,
-                  "unnamed_matrix": True, "unnamed_vector": False}
+                  "unnamed_matrix": True, "unnamed_vector": False,
+                  "query": {"kernel": True, "bias": False}}  # a per-head bias is a bias
+
+
+def test_no_bias_of_a_model_is_decayed():
+  from helpers import tiny_run
+  from transformer.model import models
+  from transformer.training import train_state
+  config = tiny_run.tiny_config("unused", **{"model.use_bias": True, "model.scan_layers": True})
+  names, shapes = train_state.abstract_params(models.make_model(config.model), config)
+  flat = {"/".join(str(getattr(k, "key", k)) for k in path): v for path, v in
+          jax.tree_util.tree_leaves_with_path(optim.weight_decay_mask(names, shapes))}
+  biases = [k for k in flat if k.endswith("/bias")]
+  assert any("query" in k for k in biases) and not any(flat[k] for k in biases)
+  assert any(flat[k] for k in flat if k.endswith("/kernel"))
+
+
+@pytest.mark.parametrize("name", sorted(optim.OPTIMIZERS))
+@pytest.mark.parametrize("lr", [0.1, 0.0])
+def test_every_optimizer_decays_by_lr_times_rate(name, lr):
+  """Decoupled decay, lr * wd * p a step, for every optimizer (optax's Adafactor adds its
+  rate after the learning rate: 0.5 * p a step here, at any lr)."""
+  params = {"kernel": jnp.ones((4, 4)), "scale": jnp.ones(4)}
+  tx = optim.make_optimizer(_cfg(name=name, lr=lr, warmup_steps=0, schedule="constant",
+                                 weight_decay=0.5, momentum=0.0), 10,
+                            {"kernel": True, "scale": False})
+  updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
+  np.testing.assert_allclose(updates["kernel"], -0.5 * lr * np.ones((4, 4)), atol=1e-7)
+  np.testing.assert_allclose(updates["scale"], np.zeros(4), atol=1e-7)
 
 
 def test_adamw_decays_only_masked_params():

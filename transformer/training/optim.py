@@ -87,10 +87,14 @@ def _adamw(cfg, lr, decay_mask):
 
 def _adafactor(cfg, lr, decay_mask):
   # momentum=b1 only when asked for: the memory saving is Adafactor's reason to exist.
-  return optax.adafactor(lr, momentum=cfg.b1 if cfg.adafactor_momentum else None,
-                         multiply_by_parameter_scale=False,
-                         weight_decay_rate=cfg.weight_decay or None,
-                         weight_decay_mask=decay_mask)
+  # optax adds its weight_decay_rate * p after the learning rate, so a rate of 0.1 would
+  # shrink every matrix by 10% a step; without a rate there, the chain returns -u, decay makes
+  # it -(u + wd p) and the schedule scales both, as adamw, lion and sgd decay (lr * wd * p).
+  return optax.chain(
+      optax.adafactor(None, momentum=cfg.b1 if cfg.adafactor_momentum else None,
+                      multiply_by_parameter_scale=False),
+      optax.add_decayed_weights(-cfg.weight_decay, mask=decay_mask),
+      optax.scale_by_schedule(lr))
 
 
 def _lion(cfg, lr, decay_mask):
@@ -150,10 +154,15 @@ def weight_decay_mask(logical_names, params):
 
   Decided by the logical axis names every parameter carries, not by ndim, because a scanned
   layer stack turns a norm scale of shape [embed] into [layers, embed]. A parameter without
-  names (not created through nn.with_logical_partitioning) falls back to ndim >= 2.
+  names (not created through nn.with_logical_partitioning) falls back to ndim >= 2. A
+  parameter named `bias` is never decayed, whatever its names: attention's per-head biases
+  are [heads, head_dim].
   """
-  def is_matrix(names, param):
+  def is_matrix(path, names, param):
+    if getattr(path[-1], "key", None) == "bias":
+      return False
     if not names:
       return param.ndim >= 2
     return len([n for n in names if n != "layers"]) >= 2
-  return jax.tree.map(is_matrix, logical_names, params, is_leaf=lambda x: isinstance(x, tuple))
+  return jax.tree_util.tree_map_with_path(is_matrix, logical_names, params,
+                                          is_leaf=lambda x: isinstance(x, tuple))
