@@ -167,7 +167,9 @@ def run_sweep(config, workdir: str, *, config_arg: str, parallel: int = 1,
           finished.append(name)
           log(f"done   {name}  in {time.time() - start:.0f}s  "
               f"[{len(finished) + len(skipped)}/{len(runs)}]")
-        elif stopping and proc.returncode == 0:
+        # A trainer stopped inside its loop checkpoints and exits 0; one stopped before it
+        # exits 128 + the signal it was forwarded. Either resumes on a re-run.
+        elif stopping and proc.returncode in (0, *(128 + s for s in stopping)):
           log(f"stopped {name}  (re-run the same command to resume it)")
         else:
           failed.append(name)

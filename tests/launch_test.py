@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import ml_collections
 import pytest
@@ -30,6 +31,11 @@ FAKE_TRAIN = textwrap.dedent('''
     ckpt = os.path.join(workdir, "ckpt")
     resumed = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
     start = time.time()
+    if os.environ.get("FAKE_SLOW_START"):  # a trainer stopped before its loop exits 128+signal
+      import signal
+      signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+      open(os.path.join(os.path.dirname(workdir), "starting"), "w").close()
+      time.sleep(30)
     # FAKE_OVERLAP=n: wait (up to 5 s) until n runs of the sweep have started, so runs that the
     # launcher starts together overlap however slowly a loaded machine starts each process.
     open(os.path.join(os.path.dirname(workdir), "started." + os.path.basename(workdir)), "w").close()
@@ -312,6 +318,25 @@ def test_local_resumes_interrupted_runs(tmp_path, fake_train, monkeypatch):
                            log=lambda _: None)
   assert len(second["finished"]) == 2
   assert [c["resumed"] for c in _calls(workdir)] == [0, 0, 5, 5]  # from the "checkpoint"
+
+
+def test_a_run_stopped_before_its_loop_is_reported_stopped(tmp_path, fake_train, monkeypatch):
+  import signal
+  import threading
+  workdir = str(tmp_path / "sweep")
+  monkeypatch.setenv("FAKE_SLOW_START", "1")
+  lines = []
+
+  def stop_when_started():
+    deadline = time.time() + 60
+    while not os.path.exists(os.path.join(workdir, "starting")) and time.time() < deadline:
+      time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)  # as a user's kill of the launcher
+  threading.Thread(target=stop_when_started, daemon=True).start()
+  got = local.run_sweep(_config(kind="grid", axes="opt.lr=1e-3"), workdir, config_arg="cfg.py",
+                        train_module=fake_train, log=lines.append)
+  assert not got["failed"] and not got["finished"], lines
+  assert any(line.startswith("stopped") for line in lines), lines
 
 
 def test_child_env_and_cpu_groups():
