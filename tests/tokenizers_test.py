@@ -159,6 +159,20 @@ def test_special_ids_are_found_by_name_or_read_beside_the_file(tmp_path, data_di
   assert (tok.bos_id, tok.eos_id, tok.mask_id) == (5, 0, 6)
 
 
+def test_a_special_tokens_string_in_a_document_is_text(tmp_path, data_dir):
+  """'<|endoftext|>' written in a document stays text, as on the tiktoken path: encoded as the
+  EOS id it would end the document there, vanish from decode and from the byte count."""
+  from transformer.data import featurize
+  tok = external_tokenizers.HuggingFaceTokenizer(_hf_folder(data_dir, str(tmp_path / "tok")))
+  text = "the docs say <|endoftext|> ends a document"
+  ids = tok.encode(text)
+  assert tok.eos_id not in ids and tok.decode(ids) == text
+  table = tok.token_bytes_2V
+  assert table[1, ids[0]] + table[0, ids[1:]].sum() == len(text.encode())
+  tokens_N, _ = featurize.lm_tokens({"text": text}, tok)
+  assert tok.eos_id not in tokens_N[1:-1]
+
+
 def test_a_changed_original_is_refused_not_silently_used(tmp_path, data_dir):
   folder = _hf_folder(data_dir, str(tmp_path / "tok"))
   config = data.default_config()

@@ -95,6 +95,9 @@ class HuggingFaceTokenizer:
     except Exception as e:  # tokenizers raises a bare Exception on bad JSON
       raise ValueError(f"{path} is not a Hugging Face tokenizer.json "
                        f"({str(e).splitlines()[0][:120]})") from None
+    # A special token's string inside a document is text (as tiktoken's disallowed_special=()
+    # makes it): matched as the special id, "<|endoftext|>" in a document would end it there.
+    self._tok.encode_special_tokens = True
     self.path = path
     self.vocab_size = self._tok.get_vocab_size()
     ids = {}
