@@ -1,7 +1,7 @@
 """Sweep declarations, the shape rule and counts, and the local / SLURM / TPU launchers.
 
-Launcher tests run a fake trainer (FAKE_TRAIN below: it parses the same flags, "checkpoints"
-halfway when asked to fail, and writes summary.json), so they take seconds and do not depend
+Launcher tests run a fake trainer (tests/helpers/fake_train.py: it parses the same flags,
+"checkpoints" halfway when asked to fail, and writes summary.json), so they take seconds and do not depend
 on transformer.train; one test runs a real 3-run sweep.
 """
 
@@ -23,43 +23,6 @@ pytestmark = pytest.mark.slow  # subprocesses / end-to-end runs (conftest.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-FAKE_TRAIN = textwrap.dedent('''
-    import json, math, os, sys, time
-    args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
-    workdir, cfg = args["workdir"], {k[7:]: v for k, v in args.items() if k.startswith("config.")}
-    os.makedirs(workdir, exist_ok=True)
-    ckpt = os.path.join(workdir, "ckpt")
-    resumed = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
-    start = time.time()
-    if os.environ.get("FAKE_SLOW_START"):  # a trainer stopped before its loop exits 128+signal
-      import signal
-      signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-      open(os.path.join(os.path.dirname(workdir), "starting"), "w").close()
-      time.sleep(30)
-    # FAKE_OVERLAP=n: wait (up to 5 s) until n runs of the sweep have started, so runs that the
-    # launcher starts together overlap however slowly a loaded machine starts each process.
-    open(os.path.join(os.path.dirname(workdir), "started." + os.path.basename(workdir)), "w").close()
-    while (len([f for f in os.listdir(os.path.dirname(workdir)) if f.startswith("started.")])
-           < int(os.environ.get("FAKE_OVERLAP", 0)) and time.time() - start < 5):
-      time.sleep(0.05)
-    time.sleep(0.4)
-    call = dict(name=os.path.basename(workdir), start=start, end=time.time(), resumed=resumed,
-                cpus=sorted(os.sched_getaffinity(0)), xla=os.environ.get("XLA_FLAGS", ""),
-                argv=sys.argv[1:])
-    with open(os.path.join(os.path.dirname(workdir), "calls.jsonl"), "a") as f:
-      f.write(json.dumps(call) + "\\n")
-    steps = int(cfg.get("train.steps", 10))
-    if os.environ.get("FAKE_INTERRUPT") and not resumed:
-      open(ckpt, "w").write(str(steps // 2))
-      sys.exit(3)
-    lr, width = float(cfg.get("opt.lr", 1e-3)), int(cfg.get("model.d_model", 64))
-    loss = 2 + abs(math.log10(lr) + 2.5) + 64 / width  # best: lr ~3e-3, wide
-    summary = dict(final_eval_loss=loss, params_total=width * 1000, params_non_embedding=width * 900,
-                   tokens=steps * 100, flops=steps * 100 * 6 * width * 900,
-                   flops_per_token=6 * width * 900, wall_time_s=0.4, step=steps,
-                   config={"opt.lr": lr, "model.d_model": width, "train.seed": 0})
-    json.dump(summary, open(os.path.join(workdir, "summary.json"), "w"))
-''')
 
 
 def _config(**sweep_settings):
@@ -227,8 +190,7 @@ def test_scaling_config_builds_every_design():
 
 @pytest.fixture
 def fake_train(tmp_path, monkeypatch):
-  (tmp_path / "fake_train.py").write_text(FAKE_TRAIN)
-  monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{ROOT}")
+  monkeypatch.setenv("PYTHONPATH", f"{os.path.join(ROOT, 'tests', 'helpers')}{os.pathsep}{ROOT}")
   return "fake_train"
 
 
