@@ -118,6 +118,22 @@ def test_export_keeps_other_files(tmp_path):
   assert os.path.exists(tmp_path / "model.safetensors")
 
 
+def test_export_keeps_the_tokenizer_files_already_there(tmp_path):
+  """convert --to_hf puts the run's tokenizer beside the model, but not over one the user put
+  in the destination first; the log line says which were kept."""
+  run, dst = tmp_path / "run", tmp_path / "dst"
+  (run / "tokenizer").mkdir(parents=True)
+  (run / "config.json").write_text('{"data": {"tokenizer": "huggingface"}}')
+  for name in ("tokenizer.json", "generation_config.json"):
+    (run / "tokenizer" / name).write_text("the run's")
+  dst.mkdir()
+  (dst / "tokenizer.json").write_text("the user's")
+  note = workdirs.export_tokenizer(str(run), str(dst), "decoder")
+  assert (dst / "tokenizer.json").read_text() == "the user's"
+  assert (dst / "generation_config.json").read_text() == "the run's"
+  assert "generation_config.json copied; tokenizer.json already in" in note and "kept" in note
+
+
 @pytest.mark.parametrize("case", ["import_into_run", "export_into_run", "missing_flag",
                                   "not_writable"])
 def test_command_line_errors_are_one_line(case, tmp_path):

@@ -56,6 +56,7 @@ def test_a_signal_that_library_code_turned_into_its_own_error_still_stops_in_one
 
     def start_up(config, workdir, lock):
       os.makedirs(os.path.join(workdir, "checkpoints"))
+      lock.acquire()  # as _open_checkpoints does before anything else
       try:
         os.kill(os.getpid(), signal.SIGTERM)  # raises Interrupted here
       except KeyboardInterrupt as e:

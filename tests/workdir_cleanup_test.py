@@ -49,3 +49,25 @@ def test_a_failed_first_run_removes_the_folders_it_made_and_only_those(tmp_path,
       loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(workdir))
   assert sorted(str(p) for p in tmp_path.rglob("*")
                 if not p.name.startswith(".lock")) == before
+
+
+def test_a_trainer_the_lock_turns_away_removes_nothing(tmp_path, data_dir, monkeypatch):
+  """Another trainer takes the new workdir between this one's look at it and its lock: what the
+  holder wrote stays, and a file given as --workdir is one line."""
+  from transformer.training import workdir_lock
+  workdir = tmp_path / "run"
+  holder = workdir_lock.WorkdirLock(str(workdir))
+  prepare = loop.prepare_workdir
+
+  def the_other_trainer_first(path):
+    prepare(path)
+    holder.acquire()
+    (workdir / "config.json").write_text("the holder's")
+  monkeypatch.setattr(loop, "prepare_workdir", the_other_trainer_first)
+  with pytest.raises(ValueError, match="in use by another trainer"):
+    loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(workdir))
+  assert (workdir / "config.json").read_text() == "the holder's"
+  holder.release()
+  (tmp_path / "notes").write_text("the user's")
+  with pytest.raises(ValueError, match="is a file; give a directory"):
+    loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(tmp_path / "notes"))

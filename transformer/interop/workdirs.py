@@ -56,10 +56,14 @@ def export_tokenizer(workdir: str, dst: str, kind: str) -> str:
   name = _read_json(path).get("data", {}).get("tokenizer") if os.path.exists(path) else None
   if name == HF_TOKENIZER:
     source = checkpoint.tokenizer_dir(workdir)
-    copied = [n for n in TOKENIZER_FILES if os.path.exists(os.path.join(source, n))]
+    found = [n for n in TOKENIZER_FILES if os.path.exists(os.path.join(source, n))]
+    kept = [n for n in found if os.path.exists(os.path.join(dst, n))]  # the user's: not replaced
+    copied = [n for n in found if n not in kept]
     for n in copied:
       shutil.copyfile(os.path.join(source, n), os.path.join(dst, n))
-    return f"tokenizer files {', '.join(copied) or '(none found)'} copied"
+    return (f"tokenizer files {', '.join(copied) or '(none found)'} copied"
+            + (f"; {', '.join(kept)} already in {dst}, kept (the run's are in {source})"
+               if kept else ""))
   if name in BUILTIN_TOKENIZERS:
     hf = _read_json(os.path.join(dst, "config.json"))
     hf.update({TOKENIZER_KEY: name, "pad_token_id": tokenizers.PAD_ID,

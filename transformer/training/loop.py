@@ -81,7 +81,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     except BaseException as e:
       pending = preemption.handled()
       with preemption.ignored():
-        removed = jax.process_index() == 0 and before.clean_up()
+        # Only the lock's holder cleans up: a trainer turned away by it would delete what the
+        # holder wrote since `before` was taken.
+        removed = lock.held and before.clean_up()
       if pending is not None and not isinstance(e, preemption.Interrupted):
         e = preemption.Interrupted(pending)  # the signal's Interrupted, turned into another error
       if isinstance(e, preemption.Interrupted):

@@ -23,6 +23,8 @@ class Before:
   """What was there before a run in `workdir` started; `clean_up()` after it failed."""
 
   def __init__(self, workdir: str):
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+      raise ValueError(f"--workdir {workdir} is a file; give a directory (new or a run's)")
     self.workdir = os.path.abspath(workdir)
     self.made = missing_folders(workdir)
     self.entries = None if self.made else set(os.listdir(self.workdir))

@@ -33,6 +33,10 @@ class WorkdirLock:
                        f"wait for it to finish or use another --workdir") from None
     self._fd = fd
 
+  @property
+  def held(self) -> bool:
+    return self._fd is not None
+
   def record_holder(self) -> None:
     if self._fd is None:
       return
