@@ -31,7 +31,7 @@ class ShardedBatches:
       raise ValueError(f"train.batch_size={batch_size} is not divisible by "
                        f"train.data_shards={num_shards}")
     self.split = split
-    self.num_shards, self.processes = num_shards, processes
+    self.num_shards = num_shards
     per_process = num_shards // processes
     self.shard_ids = list(range(process * per_process, (process + 1) * per_process))
     self._iterators = {
