@@ -182,3 +182,82 @@ def test_a_changed_original_is_refused_not_silently_used(tmp_path, data_dir):
     f.write(" ")
   with pytest.raises(ValueError, match="differs from .*the tokenizer this run was trained"):
     data.get_tokenizer(config, str(tmp_path / "run" / "tokenizer"))
+
+
+def _prefixing_tokenizers(directory):
+  """tokenizer.json files that put a space before every text they encode: T5-style
+  Metaspace (always), Llama-3-era Metaspace (first), legacy Llama (a Prepend normalizer) and
+  a byte-level BPE with add_prefix_space; and one that does not."""
+  import tokenizers as hf
+  texts = [f"k{i}:v{i * 7 % 100} k{i + 1}:v{i % 9} ? k{i} = v{i * 7 % 100}" for i in range(60)]
+  texts += ["The keys to the cabinet are on the table.", "The cat sleeps."] * 5
+  unigram = lambda: hf.trainers.UnigramTrainer(vocab_size=120, special_tokens=["<s>", "</s>"],
+                                              unk_token="<s>")
+  kinds = {}
+  for scheme in ("always", "first"):
+    tok = hf.Tokenizer(hf.models.Unigram())
+    tok.pre_tokenizer = hf.pre_tokenizers.Metaspace(prepend_scheme=scheme)
+    tok.decoder = hf.decoders.Metaspace(prepend_scheme=scheme)
+    kinds[f"metaspace_{scheme}"] = (tok, unigram())
+  tok = hf.Tokenizer(hf.models.Unigram())
+  tok.normalizer = hf.normalizers.Sequence([hf.normalizers.Prepend("▁"),
+                                            hf.normalizers.Replace(" ", "▁")])
+  tok.decoder = hf.decoders.Sequence([hf.decoders.Replace("▁", " "), hf.decoders.Fuse(),
+                                      hf.decoders.Strip(" ", 1, 0)])
+  kinds["prepend_normalizer"] = (tok, unigram())
+  for prefix in (True, False):
+    tok = hf.Tokenizer(hf.models.BPE())
+    tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=prefix)
+    tok.decoder = hf.decoders.ByteLevel()
+    kinds[f"byte_level_prefix_{prefix}"] = (tok, hf.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "</s>"],
+        initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet()))
+  paths = {}
+  for name, (tok, trainer) in kinds.items():
+    tok.train_from_iterator(texts, trainer)
+    paths[name] = os.path.join(directory, name + ".json")
+    tok.save(paths[name])
+  return paths
+
+
+def test_a_prompts_answer_is_encoded_as_a_continuation(tmp_path, data_dir):
+  """An lm row of an inputs/targets record decodes to inputs + " = " + targets, with no second
+  space where the tokenizer's dummy prefix would go, and the answer's bytes are its own; the
+  scorer encodes a continuation the same way."""
+  from transformer.data import featurize, tokenizers
+  from transformer.inference import scoring
+  config = data.default_config()
+  config.update(dict(name="kv_retrieval", size="tiny", data_dir=data_dir,
+                     tokenizer="sentencepiece", vocab_size=300, tokenizer_train_chars=30_000))
+  kinds = {"sentencepiece": data.get_tokenizer(config, str(tmp_path / "sp")),
+           "bytes": tokenizers.BytesTokenizer()}
+  for name, path in _prefixing_tokenizers(str(tmp_path)).items():
+    kinds[name] = external_tokenizers.HuggingFaceTokenizer(path)
+  record = {"inputs": "k12:v84 k13:v3 ? k12", "targets": "v84"}
+  for name, tok in kinds.items():
+    tokens_N, prompt_len = featurize.lm_tokens(record, tok)
+    text = tok.decode(tokens_N[1:-1])
+    if name == "byte_level_prefix_True":  # its decoder keeps the added space, as in HF
+      assert text[0] == " " and tok.token_bytes_2V[1, tokens_N[1]] == len(
+          tok.decode(tokens_N[1:2]).encode()) - 1
+      text = text[1:]
+    assert text == "k12:v84 k13:v3 ? k12 = v84", name
+    answer_N = tokens_N[1 + prompt_len:-1]
+    assert tok.token_bytes_2V[0, answer_N].sum() == 3, name
+    assert tok.decode(answer_N) == "v84", name
+  # The scorer scores the answer as the training row holds it: the same log-probability as the
+  # row's answer positions in a direct forward pass (sentencepiece's dummy prefix included).
+  import jax
+  from transformer.model import models
+  from transformer.schema import model_config
+  tok = kinds["sentencepiece"]
+  cfg = model_config(vocab_size=tok.vocab_size, d_model=32, num_layers=1, num_heads=2, d_ff=64)
+  model = models.make_model(cfg)
+  params = model.init(jax.random.key(0), *models.dummy_inputs(cfg))["params"]
+  logp, _ = scoring.Scorer(cfg, params).continuation_scores(
+      tok, [record["inputs"] + data.PROMPT_SEPARATOR], [record["targets"]], batch_size=1)
+  tokens_N, prompt_len = featurize.lm_tokens(record, tok)
+  lp_LV = jax.nn.log_softmax(model.apply({"params": params}, tokens_N[None, :-1]))[0]
+  answer = range(prompt_len, len(tokens_N) - 2)  # target j is token j + 1; EOS left out
+  assert logp[0] == pytest.approx(float(sum(lp_LV[j, tokens_N[j + 1]] for j in answer)),
+                                  abs=1e-4)

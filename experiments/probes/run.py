@@ -153,7 +153,7 @@ def retrieval(scorer, tokenizer, exp, max_len: int) -> dict:
     positions = sorted(set(np.linspace(0, n - 1, min(n, exp.kv_positions)).round().astype(int)))
     items = data.kv_items(n, 0, 1, seed=exp.seed)
     prompt = items[0][0] + data.PROMPT_SEPARATOR
-    length = len(tokenizer.encode(prompt)) + len(tokenizer.encode(items[0][1])) + 1
+    length = len(tokenizer.encode(prompt)) + len(tokenizer.encode_continuation(items[0][1])) + 1
     if length > max_len:
       out[n] = {"not_applicable": f"{length} tokens exceed the model's max_len {max_len}",
                 "context_tokens": length}

@@ -1,6 +1,6 @@
 """Tokenizers users bring: a Hugging Face `tokenizer.json` (the `tokenizers` package, no torch)
-and tiktoken encodings, behind the interface of tokenizers.py (encode/decode without
-specials, pad/bos/eos/mask ids, vocab_size, token_bytes_2V).
+and tiktoken encodings, behind the interface of tokenizers.py (encode/encode_continuation/decode
+without specials, pad/bos/eos/mask ids, vocab_size, token_bytes_2V).
 
 Their special ids are their own (GPT-2's <|endoftext|> is 50256), not this project's 0/1/2/3:
 the data layer and inference read them from the tokenizer, never assume them.
@@ -119,6 +119,44 @@ class HuggingFaceTokenizer:
   def encode(self, text: str) -> list[int]:
     return self._tok.encode(text, add_special_tokens=False).ids
 
+  def encode_continuation(self, text: str) -> list[int]:
+    return self._continuation.encode(text, add_special_tokens=False).ids
+
+  @functools.cached_property
+  def _continuation(self):
+    """The same tokenizer without the space it puts before a text: Metaspace's prepend
+    (sentencepiece's dummy prefix), ByteLevel's add_prefix_space, a Prepend normalizer."""
+    import tokenizers  # pylint: disable=g-import-not-at-top
+    spec = json.loads(self._tok.to_str())
+
+    def strip(step):
+      if not isinstance(step, dict):
+        return step, False
+      kind = step.get("type")
+      if kind == "Prepend":
+        return None, True
+      if kind == "Metaspace" and (step.get("prepend_scheme", "always") != "never"
+                                  or step.get("add_prefix_space")):
+        return step | {"prepend_scheme": "never", "add_prefix_space": False}, True
+      if kind == "ByteLevel" and step.get("add_prefix_space"):
+        return step | {"add_prefix_space": False}, True
+      if kind == "Sequence":
+        key = "normalizers" if "normalizers" in step else "pretokenizers"
+        parts = [strip(p) for p in step.get(key, [])]
+        return (step | {key: [p for p, _ in parts if p is not None]},
+                any(changed for _, changed in parts))
+      return step, False
+
+    changed = False
+    for key in ("normalizer", "pre_tokenizer"):
+      spec[key], changed_here = strip(spec.get(key))
+      changed |= changed_here
+    if not changed:
+      return self._tok
+    tok = tokenizers.Tokenizer.from_str(json.dumps(spec))
+    tok.encode_special_tokens = True
+    return tok
+
   def decode(self, ids) -> str:
     return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
 
@@ -135,6 +173,11 @@ class HuggingFaceTokenizer:
     if any(p.get("type") == "ByteLevel" for p in parts):
       chars = _byte_decoder()
       out[:] = [sum(c in chars for c in t) for t in tokens]
+      pre = json.loads(self._tok.to_str()).get("pre_tokenizer") or {}
+      pre_parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+      if any(p.get("type") == "ByteLevel" and p.get("add_prefix_space") for p in pre_parts):
+        # A document's first "Ġ" is the space add_prefix_space put there (decode keeps it).
+        out[1] -= [t.startswith("Ġ") for t in tokens]
     else:
       # Decoding in context: a token's bytes after an anchor token, and alone (document start).
       anchor = self.encode("a")[-1:]
@@ -229,6 +272,8 @@ class TiktokenTokenizer:
   def encode(self, text: str) -> list[int]:
     # A literal "<|endoftext|>" in a document is text, not the special token.
     return self._enc.encode(text, disallowed_special=())
+
+  encode_continuation = encode  # byte-level, no prefix space
 
   def decode(self, ids) -> str:
     return self._enc.decode([int(i) for i in ids if int(i) not in self._special_ids])

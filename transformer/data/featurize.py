@@ -26,7 +26,7 @@ def lm_tokens(record, tokenizer) -> tuple[np.ndarray, int]:
   """BOS + tokens + EOS, and how many tokens after BOS are prompt (0 for plain text)."""
   if "inputs" in record:
     prompt = tokenizer.encode(record["inputs"] + PROMPT_SEPARATOR)
-    body = prompt + tokenizer.encode(record["targets"])
+    body = prompt + tokenizer.encode_continuation(record["targets"])
   else:
     prompt, body = [], tokenizer.encode(record["text"])
   tokens_N = np.asarray([tokenizer.bos_id] + body + [tokenizer.eos_id], np.int32)

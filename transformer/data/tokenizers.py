@@ -2,6 +2,9 @@
 
 Every tokenizer has pad 0, bos 1, eos 2, mask 3, so models, losses and the
 pipeline never ask which tokenizer they got. encode/decode never add specials.
+encode_continuation encodes text that follows other text: without the space a sentencepiece
+model (or a tokenizer.json with a prefix space) puts before every text it encodes, which
+would make "k1 = " + "v2" read "k1 =  v2".
 """
 
 import functools
@@ -31,6 +34,8 @@ class BytesTokenizer:
   def encode(self, text: str) -> list[int]:
     return (np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32) + NUM_SPECIAL).tolist()
 
+  encode_continuation = encode
+
   def decode(self, ids) -> str:
     ids_N = np.asarray(ids, np.int64)
     ids_N = ids_N[ids_N >= NUM_SPECIAL] - NUM_SPECIAL
@@ -59,6 +64,19 @@ class SentencePieceTokenizer:
 
   def encode(self, text: str) -> list[int]:
     return self._sp.encode(text)
+
+  def encode_continuation(self, text: str) -> list[int]:
+    return self._continuation.encode(text)
+
+  @functools.cached_property
+  def _continuation(self) -> spm.SentencePieceProcessor:
+    """The same model without the dummy-prefix space (as Hugging Face's non-legacy Llama
+    tokenizer does it: the flag lives in the model's normalizer spec)."""
+    from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(self._sp.serialized_model_proto())
+    proto.normalizer_spec.add_dummy_prefix = False
+    return spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
 
   def decode(self, ids) -> str:
     return self._sp.decode([int(i) for i in ids])

@@ -66,7 +66,7 @@ class Scorer:
     rows, spans = [], []
     for prefix, cont in zip(prefixes, continuations):
       head = [tokenizer.bos_id] + tokenizer.encode(prefix)
-      tail = tokenizer.encode(cont)
+      tail = tokenizer.encode_continuation(cont)
       if not tail:
         raise ValueError(f"empty continuation after prefix {prefix[:40]!r}")
       rows.append(head + tail)
