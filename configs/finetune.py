@@ -2,28 +2,31 @@ r"""Fine-tune a run or a converted Hugging Face checkpoint: its own config, trai
 
     python -m transformer.convert --from_hf HF_DIR --to runs/hf
     python -m transformer.train --config configs/finetune.py:from=runs/hf --workdir runs/ft
+    python -m transformer.train --config configs/finetune.py:from=runs/xs:400 --workdir runs/ft
 
 The model, data and objective blocks are the source's (WORKDIR/config.json, as the train or
 convert command wrote it), so the key-by-key model check passes and the tokenizer is carried
-over; train.init_from=WORKDIR starts from its latest parameters with a fresh optimizer. The
-schedule is a fine-tuning one (`steps`, `lr` below, 10% warmup); anything else from the
-command line, e.g. --config.data.name=text_folder --config.data.path=DIR, or
---config.train.init_from=WORKDIR:STEP for an earlier step.
+over; train.init_from=WORKDIR starts from its latest parameters (WORKDIR:STEP from that
+step's) with a fresh optimizer. The schedule is a fine-tuning one (`steps`, `lr` below, 10%
+warmup); anything else from the command line, e.g. --config.data.name=text_folder
+--config.data.path=DIR.
 """
 
 import json
 import os
 
 from transformer import data, schema
+from transformer.training import init_from
 
 
 def get_config(arg: str | None = None):
   args = schema.parse_args(arg, **{"from": "", "steps": 200, "lr": 1e-4})
   source = args["from"]
-  path = os.path.join(source, "config.json")
-  if not source or not os.path.exists(path):
-    raise ValueError(f"configs/finetune.py needs from=WORKDIR, a run or converted directory "
-                     f"holding config.json (got {source!r})")
+  workdir, _ = init_from.parse(source)
+  path = os.path.join(workdir, "config.json")
+  if not workdir or not os.path.exists(path):
+    raise ValueError(f"configs/finetune.py needs from=WORKDIR[:STEP], a run or converted "
+                     f"directory holding config.json (got {source!r})")
   with open(path) as f:
     saved = json.load(f)
   kind = saved["model"]["kind"]

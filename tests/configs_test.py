@@ -67,3 +67,6 @@ def test_finetune_config_takes_the_model_data_and_batch_but_not_the_mesh(tmp_pat
                                    schema.objective_config("lm"))
   assert tuple(got.mesh.shape) == tuple(fresh.mesh.shape)
   assert got.train.steps == 10 and got.opt.lr == 1e-4
+  # An earlier step of the source, as the README's WORKDIR[:STEP] says.
+  got = finetune.get_config(f"from={tmp_path}:400")
+  assert got.train.init_from == f"{tmp_path}:400" and got.model.num_layers == 3

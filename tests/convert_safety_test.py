@@ -1,6 +1,7 @@
 """Nothing a user saved is lost: a conversion (transformer.convert, interop.hf, interop.workdirs)
 refuses a destination holding a run or a model, keeps other files, and says so in one line."""
 
+import json
 import os
 
 import jax
@@ -166,3 +167,27 @@ def test_command_line_errors_are_one_line(case, tmp_path):
   assert len(done.stderr.strip().splitlines()) == 1, done.stderr
   assert _snapshot(run) == before
   assert not os.path.exists(tmp_path / "out")
+
+
+def test_import_refuses_special_ids_its_tokenizer_lacks(tmp_path):
+  """A checkpoint whose config.json names ids beyond its tokenizer.json (GPT2Config's 50256
+  beside a small tokenizer) is refused before anything is written, naming the ids."""
+  tokenizers = pytest.importorskip("tokenizers")
+  src = tmp_path / "hf"
+  cfg = _ours("gpt2")
+  hf.to_hf(cfg, _init(cfg), str(src))
+  vocab = {w: i for i, w in enumerate(["<pad>", "<s>", "</s>", "<unk>", "the", "keys"])}
+  tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+  tok.save(str(src / "tokenizer.json"))
+  hf_config = json.loads((src / "config.json").read_text())
+  hf_config.update(bos_token_id=50256, eos_token_id=50256, pad_token_id=None)
+  (src / "config.json").write_text(json.dumps(hf_config))
+  with pytest.raises(ValueError, match=r"names special ids \{'bos': 50256, 'eos': 50256\} "
+                                       r"outside its tokenizer.json's 6 tokens"):
+    workdirs.save_workdir(cfg, _init(cfg), str(tmp_path / "run"), tokenizer_dir=str(src))
+  assert not os.path.exists(tmp_path / "run")
+  hf_config.update(bos_token_id=1, eos_token_id=2)  # in range: converts
+  (src / "config.json").write_text(json.dumps(hf_config))
+  workdirs.save_workdir(cfg, _init(cfg), str(tmp_path / "run"), tokenizer_dir=str(src))
+  assert json.loads((tmp_path / "run" / "tokenizer" / "special_ids.json").read_text()) == {
+      "pad": None, "bos": 1, "eos": 2}

@@ -157,6 +157,11 @@ def test_special_ids_are_found_by_name_or_read_beside_the_file(tmp_path, data_di
     json.dump({"bos": 5, "mask": 6}, f)
   tok = external_tokenizers.HuggingFaceTokenizer(os.path.join(folder, "tokenizer.json"))
   assert (tok.bos_id, tok.eos_id, tok.mask_id) == (5, 0, 6)
+  # GPT2Config's default ids beside a small tokenizer: named, not a broadcast error later.
+  with open(os.path.join(folder, "special_ids.json"), "w") as f:
+    json.dump({"bos": 50256, "eos": 50256, "pad": None}, f)
+  with pytest.raises(ValueError, match=r"special ids \{'bos': 50256, 'eos': 50256\} are outside"):
+    external_tokenizers.HuggingFaceTokenizer(folder)
 
 
 def test_a_special_tokens_string_in_a_document_is_text(tmp_path, data_dir):

@@ -113,6 +113,10 @@ class HuggingFaceTokenizer:
       if ids[role] is None:
         raise ValueError(f"{path} has no {role} token (looked for {', '.join(SPECIAL_NAMES[role])}):"
                          f" write its id into {special} as {{\"{role}\": ID, ...}}")
+    outside = {role: i for role, i in ids.items() if i is not None and not 0 <= i < self.vocab_size}
+    if outside:  # a checkpoint's config can name ids its tokenizer does not have
+      raise ValueError(f"special ids {outside} are outside {path}'s {self.vocab_size} tokens: "
+                       f"write the right ones into {special} as {{\"eos\": ID, ...}}")
     self.bos_id, self.eos_id, self.mask_id = ids["bos"], ids["eos"], ids["mask"]
     self.pad_id = ids["eos"] if ids["pad"] is None else ids["pad"]
 

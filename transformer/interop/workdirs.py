@@ -87,6 +87,23 @@ def special_ids(hf_config: dict, kind: str) -> dict:
           "eos": first(hf_config.get("eos_token_id"))}
 
 
+def _check_special_ids(ids: dict, tokenizer_dir: str) -> None:
+  """Refuse, before writing anything, special ids the checkpoint's tokenizer.json lacks (a
+  config left at GPT2Config's 50256 beside a small tokenizer): training would fail later."""
+  path = os.path.join(tokenizer_dir, "tokenizer.json")
+  if not os.path.exists(path):
+    return
+  try:
+    import tokenizers  # pylint: disable=g-import-not-at-top  # the hf extra
+  except ImportError:  # without it the tokenizer cannot be read anyway; training says so
+    return
+  size = tokenizers.Tokenizer.from_file(path).get_vocab_size()
+  outside = {role: i for role, i in ids.items() if i is not None and not 0 <= i < size}
+  if outside:
+    raise ValueError(f"{tokenizer_dir}/config.json names special ids {outside} outside its "
+                     f"tokenizer.json's {size} tokens; correct them there (nothing was written)")
+
+
 def check_new_workdir(workdir: str) -> None:
   """Refuse a run directory that exists and is not empty. Saving step 0 with keep=1 would
   prune a training run's checkpoints, its config.json would be overwritten and its
@@ -109,6 +126,9 @@ def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None)
   config.data.tokenizer = (hf[TOKENIZER_KEY] if hf.get(TOKENIZER_KEY) in BUILTIN_TOKENIZERS
                            and not has_files else HF_TOKENIZER)
   config.data.seq_len = min(config.data.seq_len, cfg.max_len)  # init traces this length
+  if tokenizer_dir and config.data.tokenizer == HF_TOKENIZER:
+    ids = special_ids(hf, cfg.kind)
+    _check_special_ids(ids, tokenizer_dir)
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json(indent=2, sort_keys=True) + "\n")
@@ -120,8 +140,6 @@ def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None)
       if os.path.exists(os.path.join(tokenizer_dir, name)):
         shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(out, name))
         copied.append(name)
-    with open(os.path.join(tokenizer_dir, "config.json")) as f:
-      ids = special_ids(json.load(f), cfg.kind)
     with open(os.path.join(out, "special_ids.json"), "w") as f:
       json.dump(ids, f)
   if config.data.tokenizer != HF_TOKENIZER:
