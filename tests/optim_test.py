@@ -48,6 +48,18 @@ def test_unknown_names_list_the_valid_ones(key, value):
     optim.make_schedule(_cfg(**{key: value}), 10)
 
 
+@pytest.mark.parametrize("key,value,message", [
+    ("b1", 1.5, r"opt.b1 must be in \[0, 1\), got 1.5"),
+    ("b2", 1.0, r"opt.b2 must be in \[0, 1\)"), ("momentum", -0.1, r"opt.momentum must be in"),
+    ("eps", -1e-8, "opt.eps must be >= 0"), ("weight_decay", -0.1, "opt.weight_decay must be"),
+    ("clip_norm", float("nan"), "opt.clip_norm must be >= 0, got nan"),
+    ("min_lr_ratio", 1.5, r"opt.min_lr_ratio must be in \[0, 1\]"),
+])
+def test_out_of_range_numbers_are_refused(key, value, message):
+  with pytest.raises(ValueError, match=message):
+    optim.check_config(_cfg(**{key: value}))
+
+
 @pytest.mark.parametrize("name", sorted(optim.OPTIMIZERS))
 def test_every_optimizer_descends(name):
   target = jnp.arange(4.0)

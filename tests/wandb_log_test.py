@@ -11,6 +11,8 @@ import pytest
 from helpers import tiny_run, wandb_records
 from transformer.training import loop, run_log, wandb_log
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 @pytest.fixture
 def offline(tmp_path, monkeypatch):
@@ -74,3 +76,26 @@ def test_train_command_logs_to_wandb_and_its_resume_continues_the_run(tmp_path, 
   assert logged == pytest.approx(losses) and sorted(logged) == [1, 2, 3, 4, 5]
   assert first["config"]["model.d_model"] == 64
   assert second["summary"]["final_eval_loss"] == pytest.approx(summary["final_eval_loss"])
+
+
+def test_wandb_without_a_login_is_one_line_saying_how_to_log_in(tmp_path):
+  """Online mode with no API key anywhere: W&B's UsageError becomes the train command's
+  one-line error (a ValueError), naming the ways out. A subprocess: W&B keeps the settings
+  of its first start (the offline tests') for the life of a process."""
+  import subprocess
+  home = tmp_path / "home"
+  home.mkdir()
+  env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+  env.update({name: str(home) for name in ("HOME", "WANDB_DIR", "WANDB_CONFIG_DIR",
+                                           "WANDB_CACHE_DIR", "WANDB_DATA_DIR")})
+  env.update(NETRC=str(home / ".netrc"), PYTHONPATH=ROOT)
+  code = ("from transformer.training import wandb_log\n"
+          "try:\n"
+          f"  wandb_log.WandbWriter({str(tmp_path)!r}, 'tests')\n"
+          "except ValueError as e:\n"
+          "  print(e)\n")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                        timeout=120)
+  assert proc.stdout.startswith("log.wandb_project='tests': W&B did not start ("), (
+      proc.stdout + proc.stderr[-2000:])
+  assert "run `wandb login`, set WANDB_API_KEY" in proc.stdout

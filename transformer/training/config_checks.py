@@ -4,6 +4,8 @@ Each is a one-line ValueError naming the key and what to do, so a typo costs sec
 than a compile (train_and_evaluate calls this first; tests/bad_input_test.py covers it).
 """
 
+import math
+
 from transformer import data
 from transformer.model import models, positions
 from transformer.training import losses, optim, profiling, wandb_log
@@ -22,6 +24,20 @@ def check_config(config) -> None:
   for key in ("keep_checkpoints", "keep_best"):
     if t[key] < 0:
       raise ValueError(f"train.{key} must be >= 0, got {t[key]}")
+  if t.data_shards < 0:
+    raise ValueError(f"train.data_shards must be >= 0 (0: one shard per process), "
+                     f"got {t.data_shards}")
+  # What the mesh's fixed data and fsdp entries already ask of the batch (a -1 entry is the
+  # devices' share, checked once the mesh is built): a sweep's runs are checked before any
+  # trains, so a batch the trainer would refuse is refused here.
+  fixed = math.prod(n for n in config.mesh.shape[:2] if n > 0)
+  if t.batch_size % (config.opt.grad_accum_steps * fixed):
+    mesh = f" x {fixed} (mesh.shape's data x fsdp)" if fixed > 1 else ""
+    raise ValueError(f"train.batch_size={t.batch_size} is not divisible by "
+                     f"opt.grad_accum_steps={config.opt.grad_accum_steps}{mesh}")
+  if t.data_shards and t.batch_size % t.data_shards:
+    raise ValueError(f"train.batch_size={t.batch_size} is not divisible by "
+                     f"train.data_shards={t.data_shards}")
   if t.keep_checkpoints == 0 and t.keep_best == 0:
     # Orbax would delete every save: a stopped run would restart from step 0.
     raise ValueError("train.keep_checkpoints=0 with train.keep_best=0 keeps no checkpoint; "

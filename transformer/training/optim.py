@@ -132,6 +132,15 @@ def check_config(opt_config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"opt.lr must be a finite number >= 0, got {opt_config.lr}")
   if opt_config.warmup_steps < 0:
     raise ValueError(f"opt.warmup_steps must be >= 0, got {opt_config.warmup_steps}")
+  # Moment decays outside [0, 1) make the averages grow without bound; the rest are signs.
+  for key in ("b1", "b2", "momentum"):
+    if not 0.0 <= opt_config[key] < 1.0:
+      raise ValueError(f"opt.{key} must be in [0, 1), got {opt_config[key]}")
+  for key in ("eps", "weight_decay", "clip_norm"):
+    if not opt_config[key] >= 0:
+      raise ValueError(f"opt.{key} must be >= 0, got {opt_config[key]}")
+  if not 0.0 <= opt_config.min_lr_ratio <= 1.0:
+    raise ValueError(f"opt.min_lr_ratio must be in [0, 1], got {opt_config.min_lr_ratio}")
 
 
 def make_schedule(opt_config, total_steps: int) -> Callable:

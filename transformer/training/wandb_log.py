@@ -50,9 +50,15 @@ class WandbWriter:
     import wandb
     workdir = os.path.abspath(workdir)
     self.id = run_id(workdir)
-    self._run = wandb.init(project=project, id=self.id, resume="allow",
-                           name=os.path.basename(workdir),
-                           dir=os.environ.get("WANDB_DIR") or workdir)
+    try:
+      self._run = wandb.init(project=project, id=self.id, resume="allow",
+                             name=os.path.basename(workdir),
+                             dir=os.environ.get("WANDB_DIR") or workdir)
+    except wandb.errors.Error as e:  # not logged in, no network, a bad entity: the user's to fix
+      raise ValueError(f"log.wandb_project={project!r}: W&B did not start "
+                       f"({str(e).strip().splitlines()[0][:160]}); run `wandb login`, set "
+                       f"WANDB_API_KEY or WANDB_MODE=offline, or leave log.wandb_project "
+                       f"empty") from None
 
   def config(self, flat: dict) -> None:
     # A resume may change runtime settings (train.steps, ...): W&B keeps the latest.
