@@ -177,13 +177,15 @@ def main(argv) -> None:
       argv[1] != "stash" and len(argv) != 4) or (argv[1] == "stash" and len(argv) < 5):
     sys.exit(usage)
   try:
+    if os.path.exists(argv[3]) and not os.path.isdir(argv[3]):
+      raise ValueError(f"{argv[3]} is a file; give a directory")
     if argv[1] == "stash":
       held = stash(argv[2], argv[3], argv[4:])
       print(f"stash: {os.path.join(argv[3], IN_FLIGHT)} holds " + ", ".join(held))
       return
     copied = copy(argv[2], argv[3], overwrite=argv[1] == "save")
     restored = unstash(argv[2], argv[3]) if argv[1] == "restore" else []
-  except ValueError as e:
+  except (ValueError, OSError) as e:  # OSError: a path through a file, no permission
     sys.exit(f"error: {e}")
   print(f"{argv[1]}: {len(copied)} record files {argv[2]} -> {argv[3]}"
         + (f"; checkpoints {', '.join(restored)}" if restored else ""))

@@ -34,6 +34,9 @@ def axes(text: str) -> list[tuple[str, str]]:
     key, sep, values = part.partition("=")
     if not sep or not key.strip() or not values.strip():
       raise ValueError(f"sweep axis {part!r} is not KEY=VALUES (e.g. opt.lr=1e-4,1e-3)")
+    if key.strip() in (k for k, _ in axes):  # the later axis would silently replace it
+      raise ValueError(f"sweep key {key.strip()} is on two axes; give its values on one "
+                       f"(e.g. {key.strip()}=1e-3,2e-3)")
     axes.append((key.strip(), values.strip()))
   if not axes:
     raise ValueError("sweep.axes is empty; e.g. 'opt.lr=1e-4,1e-3;model.d_model=128,256'")
@@ -61,6 +64,12 @@ def distribution(key: str, text: str):
   name, args = match.group(1), [scalar(a) for a in match.group(2).split(",")]
   if name != "choice" and (len(args) != 2 or not all(isinstance(a, (int, float)) for a in args)):
     raise ValueError(f"random axis {key}={text!r}: {name} takes two numbers (low, high)")
+  if name != "choice" and not args[0] <= args[1]:
+    raise ValueError(f"random axis {key}={text!r}: low {args[0]} is above high {args[1]}")
+  if name == "loguniform" and args[0] <= 0:
+    raise ValueError(f"random axis {key}={text!r}: loguniform needs 0 < low <= high")
+  if name == "choice" and not match.group(2).strip():
+    raise ValueError(f"random axis {key}={text!r}: choice takes at least one value")
   return lambda rng: DISTRIBUTIONS[name](rng, args)
 
 

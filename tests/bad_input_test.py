@@ -17,6 +17,8 @@ pytestmark = pytest.mark.slow  # subprocesses (conftest.py)
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LM = os.path.join(ROOT, "configs", "lm.py") + ":size=xs"
+EXTRAPOLATION = os.path.join(ROOT, "configs", "extrapolation.py") + ":tiny=true"
+PROBES = os.path.join(ROOT, "configs", "probes.py") + ":tiny=true"
 TRAIN = ["transformer.train", "--config", LM, "--workdir", "w"]
 
 
@@ -79,6 +81,23 @@ def _one_error_line(proc) -> str:
     (TRAIN + ["--config.opt.warmup_steps=-1"], "opt.warmup_steps must be >= 0, got -1"),
     (TRAIN + ["--config.train.keep_checkpoints=0", "--config.train.keep_best=0"],
      "train.keep_checkpoints=0 with train.keep_best=0 keeps no checkpoint"),
+    (TRAIN + ["--config.train.data_shards=-1"], "train.data_shards must be >= 0"),
+    (TRAIN + ["--config.opt.grad_accum_steps=2", "--config.train.batch_size=5"],
+     "train.batch_size=5 is not divisible by opt.grad_accum_steps=2"),
+    # The same for a swept batch: refused before the sweep's first run trains.
+    (["launch.local", "--config", LM, "--workdir", "w", "--config.opt.grad_accum_steps=2",
+      "--sweep=train.batch_size=16,5"],
+     "run batch_size=5: train.batch_size=5 is not divisible by opt.grad_accum_steps=2"),
+    (["launch.local", "--config", LM, "--workdir", "w", "--trials=2",
+      "--sweep=opt.lr=loguniform(1e-2,1e-4)"], "low 0.01 is above high 0.0001"),
+    (["launch.local", "--config", LM, "--workdir", "w", "--trials=2",
+      "--sweep=opt.lr=loguniform(-1,1e-4)"], "loguniform needs 0 < low <= high"),
+    (["launch.local", "--config", LM, "--workdir", "w", "--sweep=opt.lr=1e-3;opt.lr=2e-3"],
+     "sweep key opt.lr is on two axes"),
+    # A mistyped path to the language models would train them all there.
+    (["experiments.probes.run", "--config", PROBES, "--workdir", "w",
+      "--config.experiment.lm_workdir=nowhere"],
+     "experiment.lm_workdir=nowhere is not a directory: give the extrapolation experiment's"),
     # The analysis commands: a wrong path is one line, and no table header is printed first.
     (["experiments.probes.embeddings", "nowhere"], "no checkpoint under nowhere/checkpoints"),
     (["experiments.scaling.eval_noise", "nowhere"], "nowhere: no finished run with two"),
@@ -94,6 +113,24 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, command, want):
   assert want in line, line
   assert proc.stdout == "", proc.stdout
   assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", [
+    ["launch.local", "--config", LM, "--sweep=opt.lr=1e-3", "--workdir", "afile"],
+    ["experiments.extrapolation.run", "--config", EXTRAPOLATION, "--workdir", "afile"],
+    ["experiments.probes.run", "--config", PROBES, "--workdir", "afile"],
+    ["experiments.records", "save", "runs", "afile"],
+    ["experiments.records", "save", "runs", "afile/sub"],
+], ids=lambda v: " ".join(v[:1] + v[-1:]))
+def test_a_file_where_a_directory_goes_is_one_line(tmp_path, command):
+  (tmp_path / "afile").write_text("the user's")
+  (tmp_path / "runs" / "r1").mkdir(parents=True)
+  (tmp_path / "runs" / "r1" / "summary.json").write_text("{}")  # a record to save
+  proc = _cli(tmp_path, *command)
+  line = _one_error_line(proc)
+  assert "is a file; give a directory" in line or "Not a directory" in line, line
+  assert sorted(os.listdir(tmp_path)) == ["afile", "runs"]
+  assert (tmp_path / "afile").read_text() == "the user's"
 
 
 # The tiny run of tests/helpers/tiny_run.py, as the train command's flags.

@@ -15,6 +15,7 @@ command, the experiments) define the train command's flags with `define_train_fl
 they are imported as entry points; library modules define no flags.
 """
 
+import os
 import traceback
 from typing import Callable, Sequence
 
@@ -24,8 +25,8 @@ from ml_collections import config_flags
 FLAGS = flags.FLAGS
 # Exceptions that mean the user has something to fix (a config, a path, a flag value), not a
 # bug: reported as one line.
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, FloatingPointError,
-               app.UsageError)
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
+               PermissionError, FloatingPointError, app.UsageError)
 
 
 def run(main: Callable[[list[str]], None], *, required: Sequence[str] = (),
@@ -77,6 +78,14 @@ def define_train_flags() -> None:
       "most the config's mesh and batch divide evenly (docs/performance.md compares them). "
       "Ignored when XLA_FLAGS sets --xla_force_host_platform_device_count; other backends "
       "are unaffected.")
+
+
+def directory(path: str, flag: str = "--workdir") -> str:
+  """A directory flag's value; a file there is refused in one line (before makedirs says
+  '[Errno 17] File exists')."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f"{flag} {path} is a file; give a directory")
+  return path
 
 
 def host_settings() -> dict:

@@ -355,7 +355,7 @@ def aggregate(per_seed: dict) -> dict:
 
 def main(argv):
   del argv
-  run(cli.config(FLAGS["config"]), FLAGS.workdir)
+  run(cli.config(FLAGS["config"]), cli.directory(FLAGS.workdir))
 
 
 def run(config, workdir: str) -> None:

@@ -176,7 +176,7 @@ def retrieval(scorer, tokenizer, exp, max_len: int) -> dict:
 
 def main(argv):
   del argv
-  run(cli.config(FLAGS["config"]), FLAGS.workdir)
+  run(cli.config(FLAGS["config"]), cli.directory(FLAGS.workdir))
 
 
 def kv_training_config(config) -> ml_collections.ConfigDict:
@@ -239,6 +239,11 @@ def run(config, workdir: str) -> None:
   # Every set of schemes, the criterion's settings and the workdir are checked before
   # anything trains.
   lm_dir = exp.lm_workdir or os.path.join(workdir, "lm")
+  if exp.lm_workdir and not os.path.isdir(exp.lm_workdir):
+    # A mistyped path would otherwise start every language model training in it.
+    raise ValueError(f"experiment.lm_workdir={exp.lm_workdir} is not a directory: give the "
+                     f"extrapolation experiment's --workdir (or leave it empty to train the "
+                     f"language models in {os.path.join(workdir, 'lm')})")
   lm_config = ml_collections.ConfigDict(config.to_dict())
   check_schemes(lm_config, schemes)
   if kv_schemes:  # none: the language models' probes alone (run_all.sh, one run at a time)
