@@ -188,7 +188,8 @@ def main(argv):
   del argv
   f = flags.FLAGS
   config = sweep.with_sweep_flag(cli.config(f["config"]), f.sweep, f.trials)
-  result = run_sweep(config, cli.directory(f.workdir), config_arg=config_flags.get_config_filename(f["config"]),
+  result = run_sweep(config, cli.directory(f.workdir),
+                     config_arg=config_flags.get_config_filename(f["config"]),
                      parallel=f.parallel, train_module=f.train_module,
                      extra_flags=sweep.passthrough_flags(f["config"]), dry_run=f.dry_run,
                      multihost=f.multihost)
