@@ -188,3 +188,36 @@ def test_cli_needs_one_source(args, message):
                        capture_output=True, text=True, cwd=ROOT)
   assert out.returncode == 1 and out.stderr.startswith("error: "), out.stderr
   assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_scanned_encoder_decoder_counts_each_towers_own_depth():
+  """Stacked layers carry their depth on the leading axis: an encoder of 4 and a decoder of 1
+  (num_layers 2) give the same per-block figures scanned as unscanned."""
+  import ml_collections
+  cfg = ml_collections.ConfigDict(ARCH["t5_small"].model.to_dict())
+  cfg.update(d_model=32, num_heads=2, head_dim=16, d_ff=64, vocab_size=64, num_layers=2,
+             num_encoder_layers=4, num_decoder_layers=1)
+  plain = model_stats.count_params(cfg)["per_block"]
+  cfg.scan_layers = True
+  assert model_stats.count_params(cfg)["per_block"] == plain
+  assert plain["encoder"]["num_layers"] == 4 and plain["decoder"]["num_layers"] == 1
+
+
+def test_the_cache_figures_hold_the_source_and_respect_a_window():
+  """An encoder-decoder's cache holds its decoder layers' self- and cross-attention K/V (a
+  source as long as the target); a sliding window bounds a decoder's, so it may never
+  outweigh the weights."""
+  t5 = ARCH["t5_small"].model  # 6 decoder layers, 8 heads of 64, bfloat16
+  kv = model_stats.report(t5, length=100)["kv_cache"]
+  assert kv["bytes_per_token"] == 6 * 2 * (2 * 8 * 64 * 2)
+  assert kv["bytes_at_length"] == 100 * kv["bytes_per_token"]
+  import ml_collections
+  gpt2 = ml_collections.ConfigDict(ARCH["gpt2_small"].model.to_dict())
+  gpt2.window = 256
+  kv = model_stats.report(gpt2)["kv_cache"]
+  assert kv["bytes_at_length"] == 256 * kv["bytes_per_token"]  # max_len 1024, 256 kept
+  assert kv["tokens_where_cache_outweighs_weights"] is None
+  gpt2.window = 1 << 20  # wider than where the cache crosses the weights: the plain figure
+  kv = model_stats.report(gpt2)["kv_cache"]
+  assert kv["tokens_where_cache_outweighs_weights"] == -(-kv["param_bytes"] //
+                                                         kv["bytes_per_token"])

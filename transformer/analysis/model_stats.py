@@ -47,9 +47,11 @@ def _embedding_like(path) -> bool:
 
 def _layers_of(tower, cfg):
   """The per-layer param subtrees of a tower (scanned stacks hold a leading layer axis)."""
+  del cfg
   stack = tower["stack"]
-  if "layers" in stack:
-    return [stack["layers"]], cfg.num_layers
+  if "layers" in stack:  # each tower's own depth (an encoder-decoder's may differ)
+    leaf = jax.tree.leaves(stack["layers"], is_leaf=lambda x: hasattr(x, "unbox"))[0]
+    return [stack["layers"]], getattr(leaf, "unbox", lambda: leaf)().shape[0]
   return [stack[f"layers_{i}"] for i in range(len(stack))], 1
 
 
@@ -139,6 +141,18 @@ def comparisons(n_new: int, prompt: int = 0) -> dict:
   return dict(with_cache=sum(steps), without_cache=sum(t * (t + 1) // 2 for t in steps))
 
 
+def _first_length_above(cache_bytes, limit: int, longest: int = 1 << 40) -> int | None:
+  """The fewest tokens whose cache exceeds `limit` bytes (cache_bytes grows with the length
+  and stops at a sliding window); None when even `longest` tokens stay within it."""
+  if cache_bytes(longest) <= limit:
+    return None
+  low, high = 0, longest  # cache_bytes(low) <= limit < cache_bytes(high)
+  while high - low > 1:
+    mid = (low + high) // 2
+    low, high = (mid, high) if cache_bytes(mid) <= limit else (low, mid)
+  return high
+
+
 def report(cfg: ml_collections.ConfigDict, length: int | None = None, dtype: str = "bfloat16",
            new_tokens: int = 40) -> dict:
   model = cfg.model if "model" in cfg else cfg
@@ -162,16 +176,20 @@ def report(cfg: ml_collections.ConfigDict, length: int | None = None, dtype: str
              flops_per_token_total_params=flops["total_params_convention"],
              flops_per_token_terms=flops, flops_context=context)
   param_bytes = params["total"] * DTYPE_BYTES.get(model.param_dtype, 4)
-  per_token = kv_cache_bytes(model, 1, dbytes)
-  kv = dict(dtype=dtype, bytes_per_token=per_token,
-            bytes_at_max_len=kv_cache_bytes(model, model.max_len, dbytes),
-            length=length, bytes_at_length=kv_cache_bytes(model, length, dbytes))
+  # An encoder-decoder's cache also holds the cross-attention keys and values of its source:
+  # counted at a source as long as the target.
+  cache = lambda cfg, n: kv_cache_bytes(cfg, n, dbytes, encoder_length=n)
+  per_token = cache(model, 1)
+  kv = dict(dtype=dtype, bytes_per_token=per_token, bytes_at_max_len=cache(model, model.max_len),
+            length=length, bytes_at_length=cache(model, length),
+            with_source=model.kind == "encoder_decoder")
   if per_token:
     mha = ml_collections.ConfigDict(model.to_dict())
     mha.num_kv_heads = model.num_heads
-    kv["bytes_at_length_one_kv_per_head"] = kv_cache_bytes(mha, length, dbytes)
+    kv["bytes_at_length_one_kv_per_head"] = cache(mha, length)
     kv["param_bytes"] = param_bytes
-    kv["tokens_where_cache_outweighs_weights"] = math.ceil(param_bytes / per_token)
+    kv["tokens_where_cache_outweighs_weights"] = _first_length_above(
+        lambda n: cache(model, n), param_bytes)
   out["kv_cache"] = kv
   out["score_entries_per_head"] = dict(length=length, entries=length * length)
   out["comparisons"] = dict(new_tokens=new_tokens, **comparisons(new_tokens))
@@ -206,11 +224,14 @@ def print_report(r: dict) -> None:
   print(f"  counting all parameters: {_human(f['total_params_convention'], 'FLOP')}  "
         f"({f['formula_total_params']}; Chinchilla / Porian)")
   if kv["bytes_per_token"]:
+    source = " (target tokens, with a source as long)" if kv["with_source"] else ""
     print(f"KV cache ({kv['dtype']}): {kv['bytes_per_token']:,} bytes per token; "
           f"{_human(kv['bytes_at_length'], 'B')} at {kv['length']:,} tokens; "
-          f"{_human(kv['bytes_at_length_one_kv_per_head'], 'B')} with one KV set per head")
+          f"{_human(kv['bytes_at_length_one_kv_per_head'], 'B')} with one KV set per head"
+          + source)
+    past = kv["tokens_where_cache_outweighs_weights"]
     print(f"  one sequence's cache outweighs the weights ({_human(kv['param_bytes'], 'B')}) "
-          f"past {kv['tokens_where_cache_outweighs_weights']:,} tokens")
+          + (f"past {past:,} tokens" if past else "at no length: the window bounds it"))
   s = r["score_entries_per_head"]
   print(f"score-matrix entries per head at {s['length']:,} tokens: {s['entries']:,}")
   c = r["comparisons"]
