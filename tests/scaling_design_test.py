@@ -370,3 +370,21 @@ def test_tiny_corrected_design_trains_and_fits_end_to_end(tmp_path):
     assert key in result, key
   assert result["E_star"] == 0.5 and result["conventions"]["params"] == "total"
   assert result["conventions"]["other"]["params"] == "non_embedding"
+
+
+@pytest.mark.parametrize("key,value", [("norm", "layernorm"), ("use_bias", True),
+                                       ("norm_position", "post"), ("position", "learned"),
+                                       ("position", "t5_bias")])
+def test_a_model_the_closed_form_cannot_count_is_refused(key, value):
+  """The grid's parameter count (and so its FLOPs and step counts) is a closed form for
+  pre-norm RMSNorm decoders without biases or position tables; another model is refused by
+  name instead of recorded with a count its trainer would contradict."""
+  from transformer import schema
+  model = schema.model_config(d_model=64, num_layers=2, num_heads=2, d_ff=256)
+  assert shapes.param_counts(model)["total"] > 0
+  if key == "position":
+    model.position = schema.position_config(value)
+  else:
+    model[key] = value
+  with pytest.raises(ValueError, match=rf"\{{'{key}(.name)?': '?{value}'?\}} is outside that"):
+    shapes.param_counts(model)

@@ -129,11 +129,28 @@ def _get(model, key, default=None):
   return value
 
 
+# The keys the closed form below assumes at these values (each other value adds parameters:
+# a LayerNorm's biases, linear biases, a post-norm block's missing final norm, ...), and the
+# position schemes that hold a table.
+_COUNTED = {"norm": "rmsnorm", "norm_position": "pre", "use_bias": False, "embed_norm": False,
+            "head_bias": False, "num_token_types": 0}
+_POSITION_TABLES = ("learned", "t5_bias")
+
+
 def param_counts(model) -> dict:
   """{'non_embedding', 'total', 'embedding'} for a decoder model config (dict or ConfigDict)."""
   kind = _get(model, "kind", "decoder")
   if kind != "decoder":
     raise ValueError(f"param_counts counts decoders only, got kind={kind!r}")
+  outside = {key: _get(model, key, value) for key, value in _COUNTED.items()
+              if _get(model, key, value) != value}
+  position = model.get("position", {}) if hasattr(model, "get") else {}
+  if (position or {}).get("name") in _POSITION_TABLES:
+    outside["position.name"] = position["name"]
+  if outside:  # the closed form below would silently miss their parameters
+    raise ValueError(f"the scaling grid counts parameters of pre-norm RMSNorm decoders without "
+                     f"biases or position tables; {outside} is outside that: leave those keys "
+                     f"at their defaults for a scaling sweep")
   ffn = _get(model, "ffn", "gelu")
   if ffn not in _FFN_MATRICES:
     raise ValueError(f"unknown ffn {ffn!r}; valid: {sorted(_FFN_MATRICES)}")
