@@ -8,10 +8,18 @@ design=lr_sweep) and write it where the main grid reads it.
 Per size (N in the sweep's size convention, total by default) the best learning rate is the
 vertex of a parabola of the seed-mean final eval loss in log10 lr over the best rate and its
 two neighbours (the best rate itself when it sits at the edge of the rates tried: then
-`edge` is true and the law is flagged). The power law is least squares in log-log; its 95%
-interval comes from a bootstrap that resamples each size's optimum from the parabola's
-spread: every rate whose fitted loss is within `tol` nats of the minimum counts as optimal
-(uniform in log lr), so a flat optimum gives a wide interval, as it should.
+`edge` is true and the law is flagged). The power law is least squares in log-log.
+
+Two ranges for the exponent:
+- `exponent_ci95` (with `--noise_sd`): a parametric bootstrap. Every loss gets Gaussian noise
+  of the seed-to-seed sd (over sqrt(seeds) for a seed mean), the sd itself redrawn from its
+  chi-square distribution with `--noise_dof` degrees of freedom, and the vertices and the law
+  are fitted again. A sweep with one seed per point cannot measure its own noise: give the sd
+  measured on the same corpus (the main grid's seeds: fit.json's isoflop.seed_noise).
+- `exponent_tol_range`: the exponents of optima drawn anywhere within `tol` nats of each
+  parabola's minimum (uniform in log lr). It shows how flat the optima are, not how noisy the
+  losses were: it is not a confidence interval (its coverage depends on the noise, which it
+  never sees).
 """
 
 import json
@@ -43,7 +51,10 @@ def _flat_range(best, tol):
   return x0 - half, x0 + half
 
 
-def fit_lr_law(sizes, per_size, *, tol: float = 0.005, bootstrap: int = 1000, seed: int = 0):
+def fit_lr_law(sizes, per_size, *, tol: float = 0.005, noise_sd: float = 0.0,
+               noise_dof: int = 0, bootstrap: int = 1000, seed: int = 0):
+  """The law, its tolerance range and, given the loss noise, its 95% interval (module
+  docstring). per_size rows hold lrs, losses (seed means), seeds (per rate; default 1)."""
   n = np.log10(np.asarray(sizes, float))
   y = np.log10([b["lr"] for b in per_size])
   exponent, intercept = np.polyfit(n, y, 1)
@@ -53,12 +64,29 @@ def fit_lr_law(sizes, per_size, *, tol: float = 0.005, bootstrap: int = 1000, se
   for _ in range(bootstrap):
     yy = [rng.uniform(lo, hi) for lo, hi in ranges]
     draws.append(np.polyfit(n, yy, 1)[0])
-  return dict(coef=float(10 ** intercept), exponent=float(exponent),
-              exponent_ci95=np.percentile(draws, [2.5, 97.5]).tolist(), tol=tol,
-              edge=any(b["edge"] for b in per_size))
+  out = dict(coef=float(10 ** intercept), exponent=float(exponent),
+             exponent_tol_range=np.percentile(draws, [2.5, 97.5]).tolist(), tol=tol,
+             edge=any(b["edge"] for b in per_size))
+  if noise_sd > 0:
+    if noise_dof < 1:
+      raise ValueError("--noise_sd needs --noise_dof, the degrees of freedom it was measured "
+                       "with (fit.json's isoflop.seed_noise.dof)")
+    draws = []
+    for _ in range(bootstrap):
+      sd = noise_sd * math.sqrt(rng.chisquare(noise_dof) / noise_dof)
+      vertices = []
+      for b in per_size:
+        seeds = np.asarray(b.get("seeds") or [1] * len(b["lrs"]), float)
+        losses = np.asarray(b["losses"]) + rng.normal(0.0, sd / np.sqrt(seeds))
+        vertices.append(math.log10(best_lr(b["lrs"], losses)["lr"]))
+      draws.append(np.polyfit(n, vertices, 1)[0])
+    out.update(exponent_ci95=np.percentile(draws, [2.5, 97.5]).tolist(), noise_sd=noise_sd,
+               noise_dof=noise_dof)
+  return out
 
 
-def from_sweep(workdir: str, tol: float = 0.005) -> dict:
+def from_sweep(workdir: str, tol: float = 0.005, noise_sd: float = 0.0,
+               noise_dof: int = 0) -> dict:
   from launch import sweep
   path = os.path.join(workdir, "sweep.json")
   if not os.path.isfile(path):
@@ -84,8 +112,8 @@ def from_sweep(workdir: str, tol: float = 0.005) -> dict:
     lrs = sorted(table[n])
     best = best_lr(lrs, [np.mean(table[n][lr]) for lr in lrs])
     per_size.append(dict(N=n, lrs=lrs, losses=[float(np.mean(table[n][lr])) for lr in lrs],
-                         **best))
-  law = fit_lr_law(sizes, per_size, tol=tol)
+                         seeds=[len(table[n][lr]) for lr in lrs], **best))
+  law = fit_lr_law(sizes, per_size, tol=tol, noise_sd=noise_sd, noise_dof=noise_dof)
   law.update(convention=convention, per_size=per_size, sweep=os.path.abspath(workdir),
              formula=f"opt.lr = coef * N_{convention}^exponent",
              batch_sizes=record["sweep"].get("batch_sizes"),
@@ -103,9 +131,11 @@ def plot(path, law):
     color = plt.get_cmap("viridis")(i / max(len(law["per_size"]) - 1, 1) * 0.9)
     ax.plot(row["lrs"], row["losses"], "o-", color=color, label=f"N = {row['N']:.3g}")
     ax.plot([row["lr"]], [row["loss"]], "*", color=color, ms=13, mec="black", mew=0.6)
+  lo, hi = law.get("exponent_ci95") or law["exponent_tol_range"]
+  what = "95%" if "exponent_ci95" in law else f"within {law['tol']} nats"
   ax.set(xscale="log", xlabel="peak learning rate", ylabel="final eval loss (nats/token)",
          title=f"lr sweep: lr* = {law['coef']:.3g} N^{law['exponent']:.3f} "
-               f"[{law['exponent_ci95'][0]:.2f}, {law['exponent_ci95'][1]:.2f}]")
+               f"[{lo:.2f}, {hi:.2f}] ({what})")
   ax.grid(True, which="both", alpha=0.3)
   ax.legend(fontsize=8)
   fig.savefig(path, dpi=130, bbox_inches="tight")
@@ -117,13 +147,16 @@ def main(argv):
   del argv
   from absl import flags
   f = flags.FLAGS
-  law = from_sweep(f.workdir, f.tol)
+  law = from_sweep(f.workdir, f.tol, f.noise_sd, f.noise_dof)
   out = f.out or os.path.join(f.workdir, "lr_law.json")
   with open(out, "w") as fh:
     json.dump(law, fh, indent=2)
   plot(os.path.join(f.workdir, "lr_sweep.png"), law)
-  print(f"lr* = {law['coef']:.4g} * N^{law['exponent']:.3f} (95% "
-        f"[{law['exponent_ci95'][0]:.3f}, {law['exponent_ci95'][1]:.3f}])"
+  lo, hi = law["exponent_tol_range"]
+  ci = (f"95% [{law['exponent_ci95'][0]:.3f}, {law['exponent_ci95'][1]:.3f}]; "
+        if "exponent_ci95" in law else "no interval without --noise_sd; ")
+  print(f"lr* = {law['coef']:.4g} * N^{law['exponent']:.3f} ({ci}optima within {law['tol']} "
+        f"nats: [{lo:.3f}, {hi:.3f}])"
         + ("; WARNING: a best rate sits at the edge of the rates tried" if law["edge"] else ""))
   print(f"wrote {out}; the main grid reads it via --config.sweep.lr_law={out}")
 
@@ -134,4 +167,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("workdir", None, "The learning-rate sweep's directory.")
   flags.DEFINE_string("out", "", "Where to write the law (default DIR/lr_law.json).")
   flags.DEFINE_float("tol", 0.005, "Loss within this of the minimum counts as optimal (nats).")
+  flags.DEFINE_float("noise_sd", 0.0, "Seed-to-seed sd of a final eval loss on this corpus "
+                     "(nats): gives the exponent's 95% interval.")
+  flags.DEFINE_integer("noise_dof", 0, "Degrees of freedom of --noise_sd.")
   cli.run(main, required=("workdir",))
