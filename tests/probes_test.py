@@ -355,8 +355,8 @@ def test_distance_control_is_exact_for_the_probe_design():
   assert {it.num_attractors for it in items if it.distance == 0} == {0}
   assert {it.num_attractors for it in items if it.distance == 3} == {0, 1}
   rng = random.Random(0)
-  rights = [[rng.random() < (0.9 if it.num_attractors == 0 else 0.4) for it in items]
-            for _ in range(2)]
+  rights = [[rng.random() < (p0 if it.num_attractors == 0 else p1) for it in items]
+            for p0, p1 in ((0.9, 0.4), (0.8, 0.6))]
   prop = lambda rs: {"accuracy": sum(rs) / len(rs), "n": len(rs)}
   record = lambda right: {
       "by_attractors": {k: prop([r for it, r in zip(items, right) if it.num_attractors == k])
@@ -374,6 +374,14 @@ def test_distance_control_is_exact_for_the_probe_design():
     per_seed = [sum(c) / len(c) for c in cells]
     assert control[key]["over_seeds"]["mean"] == pytest.approx(np.mean(per_seed))
     assert control[key]["over_seeds"]["sd"] == pytest.approx(np.std(per_seed, ddof=1))
+  from scipy import stats  # noqa: PLC0415  # the attractor's cost: paired over seeds
+  cost = [a - b for a, b in zip(*[[sum(r for it, r in zip(items, right) if it.num_attractors
+                                       == k and it.distance == 3) / n for right in rights]
+                                  for k, n in ((0, control["d3_k0"]["n"] / 2),
+                                               (1, control["d3_k1"]["n"] / 2))])]
+  t = stats.ttest_1samp(cost, 0).confidence_interval()
+  assert control["attractor_cost"]["t95"] == pytest.approx([t.low, t.high])
+  assert control["attractor_cost"]["positive_seeds"] == 2 and control["attractor_cost"]["seeds"] == 2
 
 
 def test_retrieval_pools_seeds_by_position_and_u_test(tmp_path, monkeypatch):

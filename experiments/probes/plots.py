@@ -194,10 +194,16 @@ def _pooled_retrieval_lines(results: dict) -> list[str]:
   return lines
 
 
+def _interval(bounds) -> str:
+  return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "n/a"
+
+
 def summary(results: dict) -> str:
   lines = ["# Probes", "", "## Agreement with attractors", "",
-           f"Scoring: {results.get('agreement_scoring', '?')}. Cells: mean ± sd over seeds "
-           "[Wilson 95% over the items of all seeds] (items per seed).", "",
+           f"Scoring: {results.get('agreement_scoring', '?')}. Cells: mean ± sd over seeds, "
+           "t 95% over seeds (3 seeds make it wide; not clipped to [0, 1]); [Wilson 95% over "
+           "the items of all seeds, which every seed shares: narrower than an interval over "
+           "seeds] (items per seed).", "",
            "| scheme | " + " | ".join(f"{k} attractors" for k in range(5)) + " |",
            "| --- |" + " --- |" * 5]
   for scheme, pooled in results.get("agreement_pooled", {}).items():
@@ -205,7 +211,8 @@ def summary(results: dict) -> str:
     for k in range(5):
       c = pooled.get(str(k))
       # One seed has no spread to show: "± 0.000" would read as a measured sd of zero.
-      spread = f" ± {c['sd']:.3f}" if c and c.get("seeds", 1) > 1 else " (one seed)"
+      spread = (f" ± {c['sd']:.3f}, t {_interval(c.get('t95'))};"
+                if c and c.get("seeds", 1) > 1 else " (one seed)")
       cells.append("n/a (too long)" if c is None else
                    f"{c['mean']:.3f}{spread} [{c['wilson95_pooled'][0]:.3f}, "
                    f"{c['wilson95_pooled'][1]:.3f}] ({c['n_per_seed']})")
@@ -215,16 +222,21 @@ def summary(results: dict) -> str:
     lines += ["", "Control: the same distance with and without an attractor (3 words between "
               "subject and verb: one prepositional phrase whose noun has the subject's number, "
               "or the other number), pooled over seeds (accuracy [Wilson 95%] (items); then the "
-              "mean ± sd of the seeds' accuracies):", "",
+              "mean ± sd of the seeds' accuracies); the attractor's cost is each seed's "
+              "distance-3 accuracy without minus with one (mean ± sd, t 95% over seeds, "
+              "seeds where it is positive):", "",
               "| scheme | distance 0, no attractor | distance 3, no attractor | distance 3, "
-              "one attractor |", "| --- | --- | --- | --- |"]
+              "one attractor | attractor's cost |", "| --- | --- | --- | --- | --- |"]
     over = lambda c: (f"; {c['over_seeds']['mean']:.3f} ± {c['over_seeds']['sd']:.3f}"
                       if "over_seeds" in c and c["over_seeds"]["seeds"] > 1 else "")
     fmt = lambda c: (f"{c['accuracy']:.3f} [{c['wilson95'][0]:.3f}, {c['wilson95'][1]:.3f}] "
                      f"({c['n']}){over(c)}" if c else "n/a")
+    cost = lambda c: (f"{c['mean']:+.3f} ± {c['sd']:.3f}, t {_interval(c['t95'])}; "
+                      f"{c['positive_seeds']}/{c['seeds']}" if c and c["seeds"] > 1 else "n/a")
     for scheme, cells in control.items():
       lines.append(f"| {scheme} | " + " | ".join(fmt(cells.get(k)) for k in
-                                                  ("d0_k0", "d3_k0", "d3_k1")) + " |")
+                                                  ("d0_k0", "d3_k0", "d3_k1"))
+                   + f" | {cost(cells.get('attractor_cost'))} |")
   lines += ["", "By verb kind and by head number, pooled over attractor counts and seeds (accuracy [Wilson 95%], "
             "items):", "", "| scheme | verb kind or head number | accuracy |", "| --- | --- | --- |"]
   for scheme, by_seed in results["agreement"].items():

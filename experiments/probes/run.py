@@ -370,25 +370,35 @@ def distance_control(by_seed: dict) -> dict:
   holds exactly the 0-attractor items without it, and distance 3 the 0-attractor items with it
   plus the 1-attractor items without one (tests/probes_test.py checks this). The cells are
   therefore exact differences of the recorded counts, pooled over seeds, each with its Wilson
-  interval, and each seed's accuracy with their mean +- sd over seeds:
-  {"d0_k0", "d3_k0", "d3_k1"} -> {accuracy, n, wilson95, over_seeds: {mean, sd, seeds}}."""
+  interval, and each seed's accuracy with their mean +- sd over seeds; "attractor_cost" is
+  each seed's d3_k0 - d3_k1 over seeds (the seed as the unit: a paired comparison):
+  {"d0_k0", "d3_k0", "d3_k1"} -> {accuracy, n, wilson95, over_seeds: {mean, sd, t95, seeds}},
+  "attractor_cost" -> {mean, sd, t95, seeds, positive_seeds}."""
   count = lambda c: (round(c["accuracy"] * c["n"]), c["n"]) if c else (0, 0)
   cell = lambda r: lambda key, k: count((r.get(key) or {}).get(str(k), (r.get(key) or {}).get(k)))
   tot = {"d0_k0": [0, 0], "d3_k0": [0, 0], "d3_k1": [0, 0]}
-  per_seed = {key: [] for key in tot}
+  per_seed, costs = {key: [] for key in tot}, []
   for r in by_seed.values():
     get = cell(r)
     (a0, n0), (d0, nd0), (d3, nd3) = get("by_attractors", 0), get("by_distance", 0), \
         get("by_distance", 3)
+    seed = {}
     for key, (right, n) in (("d0_k0", (d0, nd0)), ("d3_k0", (a0 - d0, n0 - nd0)),
                             ("d3_k1", (d3 - (a0 - d0), nd3 - (n0 - nd0)))):
       tot[key][0] += right
       tot[key][1] += n
       if n:
         per_seed[key].append(right / n)
-  return {key: {"accuracy": right / n, "n": n, "wilson95": wilson(right, n),
-                "over_seeds": {**mean_sd(per_seed[key]), "seeds": len(per_seed[key])}}
-          for key, (right, n) in tot.items() if n}
+        seed[key] = right / n
+    if "d3_k0" in seed and "d3_k1" in seed:
+      costs.append(seed["d3_k0"] - seed["d3_k1"])
+  out = {key: {"accuracy": right / n, "n": n, "wilson95": wilson(right, n),
+               "over_seeds": {**mean_sd(per_seed[key]), "seeds": len(per_seed[key])}}
+         for key, (right, n) in tot.items() if n}
+  if costs:
+    out["attractor_cost"] = {**mean_sd(costs), "seeds": len(costs),
+                             "positive_seeds": sum(c > 0 for c in costs)}
+  return out
 
 
 if __name__ == "__main__":

@@ -55,8 +55,14 @@ def u_test(counts: dict) -> dict:
 
 
 def mean_sd(xs) -> dict:
-  """{mean, sd} of values over seeds (sd 0.0 for a single value)."""
-  return {"mean": float(np.mean(xs)), "sd": float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0}
+  """{mean, sd, t95} of values over seeds: sd 0.0 and no interval for a single value; t95 is
+  the t 95% interval of the mean with the seed as the unit. Every seed scores the same items,
+  so this, not a Wilson interval over the pooled items, is the interval over seeds."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top  # the experiments extra
+  k, mean = len(xs), float(np.mean(xs))
+  sd = float(np.std(xs, ddof=1)) if k > 1 else 0.0
+  half = float(stats.t.ppf(0.975, k - 1) * sd / np.sqrt(k)) if k > 1 else None
+  return {"mean": mean, "sd": sd, "t95": [mean - half, mean + half] if k > 1 else None}
 
 
 def pool_retrieval(by_seed: dict) -> dict:
@@ -94,8 +100,9 @@ def pool_retrieval(by_seed: dict) -> dict:
 
 
 def pool_seeds(by_seed: dict) -> dict:
-  """Agreement by attractors over seeds: mean +- sd of the seeds' accuracies, and the
-  pooled Wilson interval (items x seeds)."""
+  """Agreement by attractors over seeds: mean +- sd of the seeds' accuracies with their t
+  interval, and the Wilson interval of the pooled items (items x seeds; as every seed scores
+  the same items, it speaks for these items and is narrower than an interval over seeds)."""
   out = {}
   for k in range(5):
     # A seed evaluated in this process has int keys; one read from its JSON cache, str keys.
@@ -107,7 +114,6 @@ def pool_seeds(by_seed: dict) -> dict:
     accs = np.array([c["accuracy"] for c in cells])
     right = sum(round(c["accuracy"] * c["n"]) for c in cells)
     n = sum(c["n"] for c in cells)
-    out[str(k)] = {"mean": float(accs.mean()), "sd": float(accs.std(ddof=1)) if len(accs) > 1
-              else 0.0, "seeds": len(cells), "n_per_seed": cells[0]["n"],
-              "wilson95_pooled": wilson(right, n)}
+    out[str(k)] = {**mean_sd(accs), "seeds": len(cells), "n_per_seed": cells[0]["n"],
+                   "wilson95_pooled": wilson(right, n)}
   return out
