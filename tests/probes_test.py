@@ -375,13 +375,12 @@ def test_distance_control_is_exact_for_the_probe_design():
     assert control[key]["over_seeds"]["mean"] == pytest.approx(np.mean(per_seed))
     assert control[key]["over_seeds"]["sd"] == pytest.approx(np.std(per_seed, ddof=1))
   from scipy import stats  # noqa: PLC0415  # the attractor's cost: paired over seeds
-  cost = [a - b for a, b in zip(*[[sum(r for it, r in zip(items, right) if it.num_attractors
-                                       == k and it.distance == 3) / n for right in rights]
-                                  for k, n in ((0, control["d3_k0"]["n"] / 2),
-                                               (1, control["d3_k1"]["n"] / 2))])]
+  at3 = lambda k, right: np.mean([r for it, r in zip(items, right)
+                                  if it.num_attractors == k and it.distance == 3])
+  cost = [at3(0, right) - at3(1, right) for right in rights]
   t = stats.ttest_1samp(cost, 0).confidence_interval()
   assert control["attractor_cost"]["t95"] == pytest.approx([t.low, t.high])
-  assert control["attractor_cost"]["positive_seeds"] == 2 and control["attractor_cost"]["seeds"] == 2
+  assert (control["attractor_cost"]["positive_seeds"], control["attractor_cost"]["seeds"]) == (2, 2)
 
 
 def test_retrieval_pools_seeds_by_position_and_u_test(tmp_path, monkeypatch):
