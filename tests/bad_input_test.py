@@ -188,7 +188,8 @@ def two_launches(tmp_path_factory, data_dir):
 def test_a_second_launch_on_a_locked_workdir_is_refused_naming_the_holder(two_launches):
   workdir, second, first, _ = two_launches
   line = _one_error_line(second)
-  assert line.startswith(f"error: {workdir} is in use by another trainer (pid "), line
+  want = f"error: {workdir} is in use by another trainer (last recorded: pid "
+  assert line.startswith(want), line
   assert first["summary"]["step"] == 3 and sorted(first["losses"]) == ["1", "2", "3"]
 
 

@@ -2,7 +2,8 @@
 
 The kernel releases a flock when its process dies (kill -9 included), so a crashed run never
 leaves its workdir locked; the file itself stays (removing a lock file races with the next
-taker) and holds the holder's "pid P on HOST" for the error a second launch prints. In a
+taker) and holds the latest holder's "pid P on HOST", written once its run has started, for
+the error a second launch prints. In a
 multi-process job only process 0 locks: the others share its workdir by design.
 """
 
@@ -28,7 +29,10 @@ class WorkdirLock:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
       with os.fdopen(fd) as f:
-        holder = f.read().strip() or "another process"
+        holder = f.read().strip()
+      # The holder writes its line once its run has started (a finished run's re-run writes
+      # nothing), so a holder still starting up leaves the previous one's line here.
+      holder = f"last recorded: {holder}" if holder else "not recorded yet"
       raise ValueError(f"{os.path.dirname(self.path)} is in use by another trainer ({holder}); "
                        f"wait for it to finish or use another --workdir") from None
     self._fd = fd
