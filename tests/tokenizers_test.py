@@ -190,9 +190,10 @@ def test_a_changed_original_is_refused_not_silently_used(tmp_path, data_dir):
 
 
 def _prefixing_tokenizers(directory):
-  """tokenizer.json files that put a space before every text they encode: T5-style
-  Metaspace (always), Llama-3-era Metaspace (first), legacy Llama (a Prepend normalizer) and
-  a byte-level BPE with add_prefix_space; and one that does not."""
+  """tokenizer.json files that put a space before every text they encode: sentencepiece-style
+  Metaspace (always), Llama-3-era Metaspace (first), T5's WhitespaceSplit + Metaspace, legacy
+  Llama (a Prepend normalizer) and a byte-level BPE with add_prefix_space; and one that does
+  not."""
   import tokenizers as hf
   texts = [f"k{i}:v{i * 7 % 100} k{i + 1}:v{i % 9} ? k{i} = v{i * 7 % 100}" for i in range(60)]
   texts += ["The keys to the cabinet are on the table.", "The cat sleeps."] * 5
@@ -204,6 +205,11 @@ def _prefixing_tokenizers(directory):
     tok.pre_tokenizer = hf.pre_tokenizers.Metaspace(prepend_scheme=scheme)
     tok.decoder = hf.decoders.Metaspace(prepend_scheme=scheme)
     kinds[f"metaspace_{scheme}"] = (tok, unigram())
+  tok = hf.Tokenizer(hf.models.Unigram())  # T5 / ALBERT: words split first, then Metaspace
+  tok.pre_tokenizer = hf.pre_tokenizers.Sequence([hf.pre_tokenizers.WhitespaceSplit(),
+                                                  hf.pre_tokenizers.Metaspace()])
+  tok.decoder = hf.decoders.Metaspace()
+  kinds["whitespace_split"] = (tok, unigram())
   tok = hf.Tokenizer(hf.models.Unigram())
   tok.normalizer = hf.normalizers.Sequence([hf.normalizers.Prepend("▁"),
                                             hf.normalizers.Replace(" ", "▁")])
@@ -248,7 +254,8 @@ def test_a_prompts_answer_is_encoded_as_a_continuation(tmp_path, data_dir):
       text = text[1:]
     assert text == "k12:v84 k13:v3 ? k12 = v84", name
     answer_N = tokens_N[1 + prompt_len:-1]
-    assert tok.token_bytes_2V[0, answer_N].sum() == 3, name
+    # WhitespaceSplit drops the prompt's trailing space: the answer's "▁v" carries it.
+    assert tok.token_bytes_2V[0, answer_N].sum() == (4 if name == "whitespace_split" else 3), name
     assert tok.decode(answer_N) == "v84", name
   # The scorer scores the answer as the training row holds it: the same log-probability as the
   # row's answer positions in a direct forward pass (sentencepiece's dummy prefix included).

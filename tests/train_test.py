@@ -240,7 +240,7 @@ def test_other_families_train(tmp_path, data_dir, family):
 @pytest.mark.parametrize("overrides,message", [
     ({"data.name": "no_such_data"}, "unknown dataset .no_such_data.: built-in datasets are"),
     ({"data.tokenizer": "wordpiece"}, "unknown tokenizer 'wordpiece'; valid: "),
-    ({"opt.grad_accum_steps": 3}, "not divisible by the data-parallel size 1 .* times "
+    ({"opt.grad_accum_steps": 3}, "train.batch_size=8 is not divisible by "
                                   "opt.grad_accum_steps=3"),
     ({"model.position.name": "learned", "data.seq_len": 100},
      "data.seq_len=100 exceeds what model.position.name='learned' allows"),

@@ -128,8 +128,24 @@ class HuggingFaceTokenizer:
 
   @functools.cached_property
   def _continuation(self):
-    """The same tokenizer without the space it puts before a text: Metaspace's prepend
-    (sentencepiece's dummy prefix), ByteLevel's add_prefix_space, a Prepend normalizer."""
+    """The same tokenizer without the space it puts before a text (Metaspace's prepend,
+    sentencepiece's dummy prefix; ByteLevel's add_prefix_space; a Prepend normalizer), where
+    that is what continues a text exactly. A tokenizer that splits on whitespace first (T5's
+    and ALBERT's WhitespaceSplit) drops a prompt's trailing space and needs that prefix as the
+    word boundary: it keeps it. Chosen by trying both on two prompts."""
+    stripped = self._without_prefix_space()
+    if stripped is self._tok:
+      return self._tok
+    def continues(tok):
+      for head, tail in (("a = ", "b"), ("a", " b")):
+        ids = self.encode(head)
+        if (self._tok.decode(ids + tok.encode(tail, add_special_tokens=False).ids)
+            != self._tok.decode(ids) + tail):
+          return False
+      return True
+    return stripped if continues(stripped) and not continues(self._tok) else self._tok
+
+  def _without_prefix_space(self):
     import tokenizers  # pylint: disable=g-import-not-at-top
     spec = json.loads(self._tok.to_str())
 
