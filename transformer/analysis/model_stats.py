@@ -45,13 +45,15 @@ def _embedding_like(path) -> bool:
           or (names[-2:] == ["logits", "kernel"]))
 
 
-def _layers_of(tower, cfg):
-  """The per-layer param subtrees of a tower (scanned stacks hold a leading layer axis)."""
-  del cfg
+def _layers_of(tower):
+  """The per-layer param subtrees of a tower and how many layers each holds: a scanned stack
+  is one subtree whose leading axis is the tower's own depth (an encoder-decoder's towers may
+  differ from num_layers and from each other)."""
   stack = tower["stack"]
-  if "layers" in stack:  # each tower's own depth (an encoder-decoder's may differ)
+  if "layers" in stack:
     leaf = jax.tree.leaves(stack["layers"], is_leaf=lambda x: hasattr(x, "unbox"))[0]
-    return [stack["layers"]], getattr(leaf, "unbox", lambda: leaf)().shape[0]
+    leaf = leaf.unbox() if hasattr(leaf, "unbox") else leaf
+    return [stack["layers"]], leaf.shape[0]
   return [stack[f"layers_{i}"] for i in range(len(stack))], 1
 
 
@@ -70,7 +72,7 @@ def count_params(cfg: ml_collections.ConfigDict) -> dict:
   towers = {k: v for k, v in params.items() if k in ("tower", "encoder", "decoder")}
   per_block, ffn_total = {}, 0
   for name, tower in towers.items():
-    layers, scan = _layers_of(tower, cfg)
+    layers, scan = _layers_of(tower)
     first = layers[0]
     attn = sum(_size(first[k]) for k in ("self_attention", "cross_attention") if k in first)
     ffn = _size(first["ffn"])

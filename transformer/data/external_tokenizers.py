@@ -132,17 +132,16 @@ class HuggingFaceTokenizer:
     sentencepiece's dummy prefix; ByteLevel's add_prefix_space; a Prepend normalizer), where
     that is what continues a text exactly. A tokenizer that splits on whitespace first (T5's
     and ALBERT's WhitespaceSplit) drops a prompt's trailing space and needs that prefix as the
-    word boundary: it keeps it. Chosen by trying both on two prompts."""
+    word boundary: it keeps it. Chosen by trying both on two prompts: a continuation must
+    decode as the prompt and its continuation encoded as one text do."""
     stripped = self._without_prefix_space()
     if stripped is self._tok:
       return self._tok
+
     def continues(tok):
-      for head, tail in (("a = ", "b"), ("a", " b")):
-        ids = self.encode(head)
-        if (self._tok.decode(ids + tok.encode(tail, add_special_tokens=False).ids)
-            != self._tok.decode(ids) + tail):
-          return False
-      return True
+      return all(self.decode(self.encode(head) + tok.encode(tail, add_special_tokens=False).ids)
+                 == self.decode(self.encode(head + tail))
+                 for head, tail in (("a = ", "b"), ("a", " b")))
     return stripped if continues(stripped) and not continues(self._tok) else self._tok
 
   def _without_prefix_space(self):
