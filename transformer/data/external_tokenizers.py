@@ -73,6 +73,17 @@ def _byte_decoder() -> dict[str, int]:
   return chars
 
 
+def _steps(component: dict | None, key: str) -> list[dict]:
+  """A tokenizer.json component's steps: a Sequence's list under `key`, else itself."""
+  component = component or {}
+  return component.get(key, []) if component.get("type") == "Sequence" else [component]
+
+
+def out_of_range(ids: dict, size: int) -> dict:
+  """The special ids (role -> id) that a tokenizer of `size` tokens does not have."""
+  return {role: i for role, i in ids.items() if i is not None and not 0 <= i < size}
+
+
 class HuggingFaceTokenizer:
   """A `tokenizer.json` read with Hugging Face `tokenizers`. Special ids: a special_ids.json
   beside it ({"pad": .., "bos": .., "eos": .., "mask": ..}, as transformer.convert writes for
@@ -113,7 +124,7 @@ class HuggingFaceTokenizer:
       if ids[role] is None:
         raise ValueError(f"{path} has no {role} token (looked for {', '.join(SPECIAL_NAMES[role])}):"
                          f" write its id into {special} as {{\"{role}\": ID, ...}}")
-    outside = {role: i for role, i in ids.items() if i is not None and not 0 <= i < self.vocab_size}
+    outside = out_of_range(ids, self.vocab_size)
     if outside:  # a checkpoint's config can name ids its tokenizer does not have
       raise ValueError(f"special ids {outside} are outside {path}'s {self.vocab_size} tokens: "
                        f"write the right ones into {special} as {{\"eos\": ID, ...}}")
@@ -187,14 +198,12 @@ class HuggingFaceTokenizer:
     out = np.zeros((2, V), np.int32)
     added = self._tok.get_added_tokens_decoder()
     tokens = [self._tok.id_to_token(i) or "" for i in range(V)]
-    decoder = json.loads(self._tok.to_str()).get("decoder") or {}
-    parts = decoder.get("decoders", [decoder]) if decoder.get("type") == "Sequence" else [decoder]
-    if any(p.get("type") == "ByteLevel" for p in parts):
+    spec = json.loads(self._tok.to_str())
+    if any(p.get("type") == "ByteLevel" for p in _steps(spec.get("decoder"), "decoders")):
       chars = _byte_decoder()
       out[:] = [sum(c in chars for c in t) for t in tokens]
-      pre = json.loads(self._tok.to_str()).get("pre_tokenizer") or {}
-      pre_parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
-      if any(p.get("type") == "ByteLevel" and p.get("add_prefix_space") for p in pre_parts):
+      if any(p.get("type") == "ByteLevel" and p.get("add_prefix_space")
+             for p in _steps(spec.get("pre_tokenizer"), "pretokenizers")):
         # A document's first "Ġ" is the space add_prefix_space put there (decode keeps it).
         out[1] -= [t.startswith("Ġ") for t in tokens]
     else:

@@ -101,7 +101,8 @@ def _check_special_ids(ids: dict, tokenizer_dir: str) -> None:
     size = tokenizers.Tokenizer.from_file(path).get_vocab_size()
   except Exception:  # pylint: disable=broad-except  # tokenizers raises a bare Exception
     return  # unreadable here: the weights still convert, and training names the file's error
-  outside = {role: i for role, i in ids.items() if i is not None and not 0 <= i < size}
+  from transformer.data import external_tokenizers  # deferred, as the module's other data imports
+  outside = external_tokenizers.out_of_range(ids, size)
   if outside:
     raise ValueError(f"{tokenizer_dir}/config.json names special ids {outside} outside its "
                      f"tokenizer.json's {size} tokens; correct them there (nothing was written)")
