@@ -82,6 +82,26 @@ def test_batch_size_must_divide_over_the_data_parallel_devices():
     sharding.check_batch_size(12, mesh)
 
 
+def test_the_tensor_axis_may_not_span_processes():
+  # Devices sharing a batch slice (one data x fsdp coordinate) must belong to one process:
+  # otherwise each process's rows would be taken as the whole, replicated batch.
+  class Device:
+    def __init__(self, process_index):
+      self.process_index = process_index
+
+  def mesh(data, fsdp, tensor, per_process):
+    ids = np.arange(data * fsdp * tensor).reshape(data, fsdp, tensor) // per_process
+    m = FakeMesh(data, fsdp, tensor)
+    m.devices = np.vectorize(Device, otypes=[object])(ids)
+    return m
+
+  sharding.check_batch_groups(mesh(2, 1, 2, per_process=2))  # tensor within a host
+  sharding.check_batch_groups(mesh(2, 2, 1, per_process=1))  # one device per process
+  for bad in (mesh(1, 1, 2, per_process=1), mesh(1, 2, 4, per_process=2)):
+    with pytest.raises(ValueError, match="puts the tensor axis across processes"):
+      sharding.check_batch_groups(bad)
+
+
 def test_a_mesh_that_does_not_fit_names_the_batch_or_the_cpu_flag():
   # One device here; a (2, 1, 1) mesh would need --cpu_devices=2, unless the batch is what
   # kept --cpu_devices=0 from making two.

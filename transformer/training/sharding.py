@@ -213,6 +213,24 @@ def check_batch_size(batch_size: int, mesh, grad_accum_steps: int = 1) -> None:
   if batch_size % jax.process_count():
     raise ValueError(f"train.batch_size={batch_size} is not divisible by the "
                      f"{jax.process_count()} processes")
+  check_batch_groups(mesh)
+
+
+def check_batch_groups(mesh) -> None:
+  """Each process feeds its own rows (global_batch), so the devices that share a slice of the
+  batch (one data x fsdp coordinate, across tensor) must all belong to one process. Otherwise
+  jax.make_array_from_process_local_data takes the rows as replicated: the step trains on one
+  process's rows as if they were the whole batch, and the processes disagree silently."""
+  devices = getattr(mesh, "devices", None)
+  if devices is None:  # a mesh shape, before the devices exist
+    return
+  groups = np.vectorize(lambda d: d.process_index)(devices)
+  groups = groups.reshape(-1, groups.shape[-1])  # one row per batch slice
+  if (groups != groups[:, :1]).any():
+    raise ValueError(
+        f"mesh {dict(mesh.shape)} puts the tensor axis across processes, so processes would "
+        f"share batch rows; keep tensor within a host (at most its "
+        f"{jax.local_device_count()} devices) and split hosts over data or fsdp")
 
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
