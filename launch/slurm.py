@@ -45,7 +45,8 @@ def array_script(runs: list[dict], workdir: str, *, nodes: int = 1, gpus_per_nod
            f"#SBATCH --nodes={nodes}",
            "#SBATCH --ntasks-per-node=1",
            f"#SBATCH --time={time}",
-           f"#SBATCH --output={workdir}/slurm/%A_%a.out",
+           # sbatch reads quotes and '#' in its directives, and '%' as a file-name pattern.
+           f"#SBATCH --output={shlex.quote(workdir.replace('%', '%%') + '/slurm/%A_%a.out')}",
            "#SBATCH --signal=TERM@120"]  # the trainer checkpoints on SIGTERM
   lines += [f"#SBATCH --gpus-per-node={gpus_per_node}"] if gpus_per_node else []
   lines += [f"#SBATCH --cpus-per-task={cpus_per_task}"] if cpus_per_task else []

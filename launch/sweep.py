@@ -279,8 +279,10 @@ def write_sweep_json(workdir: str, config, runs: list[dict], command: list[str])
 
 def _run_identity(run: dict) -> tuple:
   # A run is its name and its training command, less the interpreter (another venv) and
-  # the run directory (the same DIR given relative or absolute).
-  return run["name"], tuple(a for a in run["command"][1:] if not a.startswith("--workdir="))
+  # the run directory (the same DIR given relative or absolute), its flags in any order (each
+  # key is set once: the same --config.* overrides typed in another order are the same run).
+  return run["name"], tuple(sorted(a for a in run["command"][1:]
+                                   if not a.startswith("--workdir=")))
 
 
 def check_same_sweep(workdir: str, earlier: list[dict], runs: list[dict]) -> None:

@@ -256,6 +256,16 @@ def test_a_sweep_dir_refuses_another_sweep_and_keeps_an_extended_ones_record(tmp
   assert open(os.path.join(workdir, "sweep.1.json")).read() == record
 
 
+def test_the_same_flags_in_another_order_are_the_same_sweep(tmp_path):
+  os.makedirs(tmp_path / "a")  # a started run
+  run = lambda *flags: {"name": "a", "command": ["python", "-m", "transformer.train",
+                                                 f"--workdir={tmp_path}/a", *flags]}
+  sweep.check_same_sweep(str(tmp_path), [run("--config.x=1", "--config.y=2")],
+                         [run("--config.y=2", "--config.x=1")])
+  with pytest.raises(ValueError, match="its run 'a' had another command"):
+    sweep.check_same_sweep(str(tmp_path), [run("--config.x=1")], [run("--config.x=2")])
+
+
 def test_sweep_table_refuses_a_folder_that_is_not_a_sweep(tmp_path):
   (tmp_path / "results.md").write_text("an experiment's results")
   proc = subprocess.run([sys.executable, "-m", "launch.sweep", "--workdir", str(tmp_path)],
@@ -353,7 +363,7 @@ def test_real_tiny_sweep_end_to_end(tmp_path):
 # --- cluster launchers -----------------------------------------------------------------------
 
 def test_slurm_array_script_runs_each_task(tmp_path, fake_train):
-  workdir = str(tmp_path / "sweep")
+  workdir = str(tmp_path / "my sweep%1")  # sbatch splits an unquoted space, reads % patterns
   config = _config(kind="grid", axes="opt.lr=1e-3,3e-3")
   runs = sweep.plan(config, workdir, config_arg="cfg.py", python=sys.executable,
                     module=fake_train)
@@ -361,6 +371,7 @@ def test_slurm_array_script_runs_each_task(tmp_path, fake_train):
                             max_parallel=1, python=sys.executable, repo=ROOT)
   assert "#SBATCH --array=0-1%1" in text and "#SBATCH --nodes=2" in text
   assert "#SBATCH --gpus-per-node=8" in text and "#SBATCH --signal=TERM@120" in text
+  assert f"#SBATCH --output='{tmp_path}/my sweep%%1/slurm/%A_%a.out'" in text
   script = tmp_path / "array.sh"
   script.write_text(text)
   # Stand-ins for SLURM's tools: srun runs each of $SLURM_NNODES tasks with its SLURM_PROCID.
