@@ -149,6 +149,8 @@ def test_prompts_of_one_bucket_share_a_compiled_loop_and_match_their_own_padding
   before = decode._generate._cache_size()  # pylint: disable=protected-access
   prompts = [[1, 3, 4], [1, 3, 4, 5, 6], [1, 3, 4, 5, 6, 7, 8]]  # 3, 5 and 7 tokens: bucket 8
   outs = [gen([p]) for p in prompts]
+  for stops in [(2,), (2, 5), (2, 5, 7)]:  # nor does the number of stop tokens compile anew
+    gen([prompts[0]], stop_tokens=stops)
   assert decode._generate._cache_size() - before == 1  # pylint: disable=protected-access
   # The bucket's pads are masked: the batch of all three gives each row's tokens alone.
   np.testing.assert_array_equal(gen(prompts), np.concatenate(outs))

@@ -28,3 +28,13 @@ def test_continuation_scores_match_a_forward_pass():
     span = range(len(head) - 1, row.shape[1] - 1)
     assert logp[i] == pytest.approx(float(sum(lp[j, targets[j]] for j in span)), abs=1e-4)
     assert exact[i] == all(int(np.argmax(lp[j])) == targets[j] for j in span)
+
+
+def test_rows_that_fit_a_learned_table_are_not_padded_past_it():
+  # 1 + 30 + 3 tokens: 33 inputs fit a table of 40, which rounding to 48 would pass.
+  from tests.helpers.tiny_models import built
+  cfg, _, params = built("decoder", "learned", vocab_size=260, max_len=40)
+  scorer, tok = Scorer(cfg, params), tokenizers.BytesTokenizer()
+  row = np.asarray([[tok.bos_id] + tok.encode("a" * 30) + tok.encode("bcd")])
+  logp, _ = scorer.continuation_scores(tok, ["a" * 30], ["bcd"], batch_size=1)
+  assert logp[0] == pytest.approx(-scorer.token_losses(row)[0][0, 30:].sum(), abs=1e-4)

@@ -19,7 +19,7 @@ key is overwritten exactly when it leaves the window.
   (beam search is transformer/inference/beam_search.py, on the same cache and steps)
 
 The whole decode loop is one compiled program (lax.while_loop); sampling settings and stop
-tokens are traced values, so changing them does not recompile; prompts (and encoder inputs)
+tokens (up to 8 of them) are traced values, so changing them does not recompile; prompts (and encoder inputs)
 are padded up to a bucket length (`bucket_length`: 8, 16, 32, 64, then multiples of 64), so
 prompts of nearby lengths reuse one compiled loop too.
 
@@ -405,7 +405,9 @@ def generate(model, params, prompts: Sequence[Sequence[int]] | None, *, max_new_
     raise TypeError(f"sampling must be a decode.Sampling, got {type(sampling).__name__}.")
   model, tokens_BP, start_B, (enc_tokens, enc_seg) = _prepare(model, prompts, max_new_tokens,
                                                               encoder_inputs)
-  stops = jnp.asarray(list(stop_tokens) or [-1], jnp.int32)  # -1: no token stops
+  # Padded with -1 (no token) to a multiple of 8, so the count of stop tokens is not a shape.
+  stops = list(stop_tokens)
+  stops = jnp.asarray(stops + [-1] * (max(8, -(-len(stops) // 8) * 8) - len(stops)), jnp.int32)
   first = int(np.min(start_B))
   B = len(tokens_BP)
   if mesh is not None:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from transformer.model import models
+from transformer.model import models, positions
 
 
 class Scorer:
@@ -71,8 +71,12 @@ class Scorer:
         raise ValueError(f"empty continuation after prefix {prefix[:40]!r}")
       rows.append(head + tail)
       spans.append((len(head), len(head) + len(tail)))
-    length = max(max(map(len, rows)), pad_to)
-    length = -(-length // 16) * 16
+    longest = max(map(len, rows))
+    length = -(-max(longest, pad_to) // 16) * 16
+    # The model reads length - 1 inputs: rounding up may not pass a learned position table
+    # that the rows themselves fit (padding is masked, so the scores do not change).
+    table = positions.SCHEMES[self.config.position.name](self.config).max_length()
+    length = max(longest, min(length, table + 1))
     logps, exact = [], []
     for start in range(0, len(rows), batch_size):
       chunk = rows[start:start + batch_size]
