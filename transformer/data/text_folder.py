@@ -38,16 +38,20 @@ def text_folder_files(path: str) -> list[str]:
 
 
 def _paragraph_chunks(text: str) -> list[str]:
-  # Huge files become several records (cut at blank lines) so no record holds gigabytes.
-  if len(text) <= _MAX_RECORD_BYTES:
-    return [text]
-  chunks, current = [], ""
-  for paragraph in text.split("\n\n"):
-    if current and len(current) + len(paragraph) > _MAX_RECORD_BYTES:
-      chunks.append(current)
-      current = ""
-    current += paragraph + "\n\n"
-  return chunks + [current] if current else chunks
+  """Huge files become several records so no record holds gigabytes: each cut falls after the
+  last blank line that fits, else the last newline or space (a one-line text8-style file),
+  else at the limit. The records join back to the file exactly."""
+  chunks, start = [], 0
+  while len(text) - start > _MAX_RECORD_BYTES:
+    end = start + _MAX_RECORD_BYTES
+    for sep in ("\n\n", "\n", " "):
+      cut = text.rfind(sep, start, end)
+      if cut >= 0:
+        end = cut + len(sep)
+        break
+    chunks.append(text[start:end])
+    start = end
+  return chunks + [text[start:]]
 
 
 @dataclasses.dataclass(eq=False)
@@ -136,7 +140,9 @@ class TextFolder(tfds.core.GeneratorBasedBuilder):
   """Local .txt files, one record per file (or file part), split as in text_folder_cuts: by
   path hash like python_stdlib, or by text when that would leave a split without a file."""
 
-  VERSION = tfds.core.Version("1.0.0")
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.1.0": "A file over 1M characters is cut into records that join back to "
+                            "it exactly, also where it has no blank line."}
 
   @classmethod
   def config_from(cls, data_config):
