@@ -70,3 +70,28 @@ def test_finetune_config_takes_the_model_data_and_batch_but_not_the_mesh(tmp_pat
   # An earlier step of the source, as the README's WORKDIR[:STEP] says.
   got = finetune.get_config(f"from={tmp_path}:400")
   assert got.train.init_from == f"{tmp_path}:400" and got.model.num_layers == 3
+
+
+# Published architectures: the arch file against what the HF converter derives from the
+# published config (transformers' defaults are these checkpoints' configs).
+ARCH_VS_HF = {
+    "gpt2_small": ("gpt2", "GPT2Config", {}),
+    "bert_base": ("bert", "BertConfig", {}),
+    "t5_small": ("t5", "T5Config", dict(d_model=512, d_ff=2048, d_kv=64, num_layers=6,
+                                         num_heads=8, vocab_size=32128)),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(ARCH_VS_HF))
+def test_arch_configs_match_the_converted_published_configs(arch):
+  transformers = pytest.importorskip("transformers")
+  import importlib
+  from transformer.interop.hf_families import FAMILIES
+  family, cls, kwargs = ARCH_VS_HF[arch]
+  ours = importlib.import_module(f"configs.arch.{arch}").get_config().model.to_dict()
+  published = getattr(transformers, cls)(**kwargs).to_dict()
+  converted = FAMILIES[family].config(published, set(), lambda *_: True).to_dict()
+  ours.pop("num_encoder_layers"), ours.pop("num_decoder_layers")  # 0: num_layers, written out
+  assert {k: (v, converted[k]) for k, v in ours.items()
+          if k in converted and v != converted[k] and k not in ("dtype", "param_dtype",
+                                                                 "scan_layers")} == {}

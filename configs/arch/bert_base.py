@@ -18,4 +18,5 @@ def get_config(arg=None):
       kind="encoder", vocab_size=30_522, d_model=768, num_layers=12, num_heads=12, d_ff=3072,
       ffn="gelu", norm="layernorm", norm_eps=1e-12, norm_position="post", use_bias=True,
       tie_embeddings=True, max_len=512, position=position_config("learned"), embed_norm=True,
-      num_token_types=2, mlm_transform=True, head_bias=True, pooler=False, dropout_rate=0.1)))
+      num_token_types=2, mlm_transform=True, head_bias=True, pooler=False, dropout_rate=0.1,
+      attention_dropout_rate=0.1)))

@@ -14,4 +14,5 @@ def get_config(arg=None):
       kind="decoder", vocab_size=50_257, d_model=768, num_layers=12, num_heads=12, d_ff=3072,
       ffn="gelu_tanh", norm="layernorm", norm_eps=1e-5, norm_position="pre", use_bias=True,
       tie_embeddings=True, max_len=1024, position=position_config("learned"),
-      dropout_rate=0.1)))
+      dropout_rate=0.1,
+      attention_dropout_rate=0.1)))

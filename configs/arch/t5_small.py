@@ -19,4 +19,5 @@ def get_config(arg=None):
       head_dim=64, d_ff=2048, ffn="relu", norm="rmsnorm", norm_eps=1e-6, norm_position="pre",
       use_bias=False, tie_embeddings=True, scale_tied_logits=True, qk_scale=1.0, max_len=512,
       position=position_config("t5_bias", num_buckets=32, max_distance=128),
-      dropout_rate=0.1)))
+      dropout_rate=0.1,
+      attention_dropout_rate=0.1)))
