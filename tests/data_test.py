@@ -70,6 +70,9 @@ def test_algorithmic_long_split_is_longer(data_dir):
   long = _records(config, "test_long")
   assert all(2 <= len(r["inputs"]) <= 5 and r["targets"] == r["inputs"][::-1] for r in short)
   assert all(6 <= len(r["inputs"]) <= 10 for r in long)
+  train = {r["inputs"] for r in short}  # held out: 2-letter inputs repeat in 1,000 draws
+  for split in ("validation", "test"):
+    assert not train & {r["inputs"] for r in _records(config, split)}
 
 
 def test_python_stdlib_splits_never_share_a_file(data_dir):

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from helpers.tiny_run import tiny_data
-from transformer.data import sources
+from transformer.data import builders, sources
 
 
 def _algo(data_dir):
@@ -35,7 +35,8 @@ def _rename_after_a_rival(monkeypatch, complete_copy, version_dir, error=None):
 
 
 def _version_dir(data_dir, config_name):
-  return os.path.join(data_dir, "algorithmic", config_name, "1.0.0")
+  return os.path.join(data_dir, "algorithmic", config_name,
+                      str(builders.Algorithmic.VERSION))
 
 
 def _config_name(data_dir):
@@ -53,7 +54,8 @@ def test_the_loser_of_the_rename_race_reads_the_winners_copy(tmp_path, monkeypat
   assert len(source) == len(winner) > 0
   assert [source[i] for i in range(len(source))] == [winner[i] for i in range(len(winner))]
   # Only the winner's copy is left: TFDS removed our incomplete one.
-  assert os.listdir(os.path.join(ours, "algorithmic", name)) == ["1.0.0"]
+  assert os.listdir(os.path.join(ours, "algorithmic", name)) == [
+      str(builders.Algorithmic.VERSION)]
 
 
 def test_other_rename_errors_are_not_taken_for_the_race(tmp_path, monkeypatch):

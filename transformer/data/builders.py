@@ -140,10 +140,15 @@ class GrammarCorpus(tfds.core.GeneratorBasedBuilder):
                                          (c.min_sentences, c.max_sentences), c.max_doc_tokens)}
 
 
-class Algorithmic(tfds.core.GeneratorBasedBuilder):
-  """copy / reverse / sort / addition; split 'test_long' holds longer instances."""
+_REDRAWS = 1000  # draws per held-out algorithmic example before the lengths are refused
 
-  VERSION = tfds.core.Version("1.0.0")
+
+class Algorithmic(tfds.core.GeneratorBasedBuilder):
+  """copy / reverse / sort / addition; split 'test_long' holds longer instances. Validation
+  and test hold no instance of the training split."""
+
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.1.0": "Held-out splits hold no instance of the training split."}
 
   @classmethod
   def config_from(cls, data_config):
@@ -173,10 +178,30 @@ class Algorithmic(tfds.core.GeneratorBasedBuilder):
             "test_long": self._generate_examples("test_long", c.num_eval, long)}
 
   def _generate_examples(self, split, num, lengths):
-    task = self.builder_config.task
+    # Held-out splits hold no training instance: short lengths have few distinct inputs (26
+    # of length 1), so independent draws repeated ~13% of the training split in validation.
+    # An instance found in train is redrawn from the next seed; others keep their own.
+    c, task = self.builder_config, self.builder_config.task
+    train = set() if split == "train" else self._train_inputs()
     for i in range(num):
-      inputs, targets = algorithmic.example(task, _rng(task, split, i), *lengths)
+      for attempt in range(_REDRAWS):
+        rng = _rng(task, split, i, attempt) if attempt else _rng(task, split, i)
+        inputs, targets = algorithmic.example(task, rng, *lengths)
+        if inputs not in train:
+          break
+      else:
+        raise ValueError(
+            f"algorithmic {task} lengths {lengths[0]}..{lengths[1]} hold too few instances "
+            f"outside the {c.num_train} training examples for a held-out {split} split; "
+            f"widen data.min_length..data.max_length or use a smaller data.size")
       yield i, {"inputs": inputs, "targets": targets}
+
+  def _train_inputs(self) -> set[str]:
+    if not hasattr(self, "_train"):
+      c = self.builder_config
+      self._train = {algorithmic.example(c.task, _rng(c.task, "train", i), c.min_length,
+                                         c.max_length)[0] for i in range(c.num_train)}
+    return self._train
 
 
 class KvRetrieval(tfds.core.GeneratorBasedBuilder):
