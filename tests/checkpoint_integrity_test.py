@@ -176,3 +176,29 @@ def test_the_nan_guard_names_the_newest_intact_step(tmp_path, trained):
   error = loop._non_finite(7, {"loss": float("nan"), "grad_norm": float("nan")}, manager)
   manager.close()
   assert f"the newest intact checkpoint is step 2 in {copy}/checkpoints" in str(error)
+
+
+@pytest.mark.slow
+def test_a_finished_run_whose_final_step_is_damaged_trains_it_again(tmp_path, trained, capsys):
+  workdir, config = trained  # summary.json says step 4; step 4 is set aside on the re-run
+  copy = tmp_path / "run"
+  shutil.copytree(workdir, copy)
+  flip(str(copy / "checkpoints" / "4"))
+  assert loop.train_and_evaluate(config, str(copy))["step"] == 4
+  assert "resumed from step 2 in" in capsys.readouterr().out
+  assert sorted(os.listdir(copy / "checkpoints")) == ["2", "4"]
+
+
+def test_a_failed_final_save_leaves_the_run_unfinished(tmp_path, data_dir, monkeypatch):
+  real = checkpoint.finish
+
+  def finish(manager):  # the step-2 (final) save fails once written
+    real(manager)
+    if 2 in manager.all_steps():
+      raise RuntimeError("the save failed")
+
+  monkeypatch.setattr(checkpoint, "finish", finish)
+  config = tiny_run.tiny_config(data_dir, **{"train.steps": 2, "train.checkpoint_every": 2})
+  with pytest.raises(RuntimeError, match="the save failed"):
+    loop.train_and_evaluate(config, str(tmp_path / "run"))
+  assert not os.path.exists(tmp_path / "run" / "summary.json")  # a re-run resumes

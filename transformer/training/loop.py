@@ -167,9 +167,10 @@ def _open_checkpoints(config, workdir, lock):
 
 def _finished_summary(config, workdir, latest) -> dict | None:
   """The summary of a run that already trained to train.steps (None if it has not): its
-  re-run reports it and leaves every file as it was."""
+  re-run reports it and leaves every file as it was. Its final checkpoint must be there too:
+  one set aside as damaged (or whose save failed) is trained again."""
   path = os.path.join(workdir, "summary.json")
-  if latest is None or not os.path.exists(path):
+  if latest != config.train.steps or not os.path.exists(path):
     return None
   try:
     with open(path) as f:
@@ -398,6 +399,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
         "loss_floor_z": None if floor is None else floor["z"],
         "config": schema.flatten(config.to_dict()),
     }
+    checkpoint.finish(manager)  # the final checkpoint is on disk before the run says done
     log.summary(summary)
     versus = "" if unigram is None else f" (unigram entropy {unigram:.4f}" + (
         ")" if floor is None else f", loss floor {floor['loss_floor']:.4f})")
