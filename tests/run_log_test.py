@@ -227,3 +227,18 @@ def test_the_train_command_does_not_load_torch_through_tensorboardx():
                        timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
   assert out.stdout.strip() == "2.0"  # torch still imports afterwards, for whoever wants it
+
+
+def test_a_failed_cut_back_leaves_no_file_tensorboard_would_read(tmp_path, monkeypatch):
+  writer = tensorboard_events.EventWriter(str(tmp_path))
+  for step in (1, 2, 3):
+    writer.scalars(step, {"loss": 1.0})
+  writer.close()
+
+  def full(*_):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(os, "fsync", full)
+  with pytest.raises(OSError):
+    tensorboard_events.cut_back(writer.path, 1)
+  assert os.listdir(tmp_path) == [os.path.basename(writer.path)]

@@ -144,12 +144,18 @@ def cut_back(path: str, step: int) -> tuple[int, int]:
   torn = os.path.getsize(path) != sum(16 + len(r) for r in records)
   if len(kept) == len(records) and not torn:
     return 0, 0
-  tmp = f"{path}.tmp.{os.getpid()}"
-  with open(tmp, "wb") as f:
-    f.write(b"".join(_frame(r) for r in kept))
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  # Not named *tfevents*: TensorBoard (and the next RunLog) would read a leftover as a file of
+  # its own, and show its steps twice.
+  tmp = os.path.join(os.path.dirname(path), f".cut_back.{os.getpid()}.tmp")
+  try:
+    with open(tmp, "wb") as f:
+      f.write(b"".join(_frame(r) for r in kept))
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
   return past + int(torn), ended
 
 
