@@ -167,6 +167,14 @@ def test_generate_refuses_a_damaged_step_in_one_line(tmp_path, trained):
   checkpoint.load_for_inference(str(copy), step=2)  # the intact one still loads
 
 
+def test_generate_reads_an_unrecorded_step_back_before_loading_it(tmp_path, trained):
+  copy = _unrecorded(trained[0], tmp_path)  # stopped between the save and its record
+  _truncate(str(copy / "checkpoints" / "4"))
+  with pytest.raises(ValueError, match=r"the step-4 checkpoint in .* is damaged \(it does not "
+                                       r"read back: .*\); pass --step with another of \[2, 4\]"):
+    checkpoint.load_for_inference(str(copy))
+
+
 def test_the_nan_guard_names_the_newest_intact_step(tmp_path, trained):
   workdir, _ = trained
   copy = tmp_path / "run"

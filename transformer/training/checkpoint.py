@@ -70,7 +70,13 @@ def readable_step(manager, step: int | None, workdir: str, choose: str = "pass -
   if step not in saved:
     raise FileNotFoundError(f"no checkpoint of step {step} under {workdir}/checkpoints; "
                             f"saved steps: {saved}")
-  damage = checkpoint_integrity.problem(os.path.join(str(manager.directory), str(step)))
+  step_dir = os.path.join(str(manager.directory), str(step))
+  damage = checkpoint_integrity.problem(step_dir)
+  if (damage is None and jax.process_count() == 1
+      and not os.path.exists(os.path.join(step_dir, checkpoint_integrity.SUMS))):
+    # No sums recorded (the trainer stopped between the save and its record): read it back,
+    # as the trainer does before resuming from such a step.
+    damage = checkpoint_integrity.unreadable(step_dir)
   if damage is not None:
     raise ValueError(f"the step-{step} checkpoint in {manager.directory} is damaged ({damage}); "
                      f"{choose} with another of {saved}")
