@@ -135,6 +135,27 @@ def test_export_keeps_the_tokenizer_files_already_there(tmp_path):
   assert "generation_config.json copied; tokenizer.json already in" in note and "kept" in note
 
 
+def test_export_records_the_runs_special_ids(tmp_path):
+  """The exported config.json carries the ids the run trained with (its special_ids.json),
+  not the exporter's defaults (T5's eos=1 and decoder start 0; GPT-2's 50256)."""
+  tokenizers = pytest.importorskip("tokenizers")
+  run, dst = tmp_path / "run", tmp_path / "dst"
+  (run / "tokenizer").mkdir(parents=True)
+  (run / "config.json").write_text('{"data": {"tokenizer": "huggingface"}}')
+  vocab = {w: i for i, w in enumerate(["<pad>", "<s>", "</s>", "<unk>", "a"])}
+  tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>")).save(
+      str(run / "tokenizer" / "tokenizer.json"))
+  (run / "tokenizer" / "special_ids.json").write_text('{"pad": 0, "bos": 1, "eos": 2}')
+  dst.mkdir()
+  (dst / "config.json").write_text('{"pad_token_id": 0, "eos_token_id": 1, '
+                                   '"decoder_start_token_id": 0}')
+  assert "special ids recorded" in workdirs.export_tokenizer(str(run), str(dst),
+                                                             "encoder_decoder")
+  hf = json.loads((dst / "config.json").read_text())
+  assert [hf[k] for k in ("pad_token_id", "bos_token_id", "eos_token_id",
+                          "decoder_start_token_id")] == [0, 1, 2, 1]
+
+
 @pytest.mark.parametrize("case", ["import_into_run", "export_into_run", "missing_flag",
                                   "not_writable"])
 def test_command_line_errors_are_one_line(case, tmp_path):

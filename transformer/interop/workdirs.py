@@ -51,7 +51,7 @@ BUILTIN_TOKENIZERS = ("bytes",)
 def export_tokenizer(workdir: str, dst: str, kind: str) -> str:
   """Put a run's tokenizer beside its exported model; returns what was done, for the log."""
   from transformer.training import checkpoint
-  from transformer.data import tokenizers
+  from transformer.data import external_tokenizers, tokenizers
   path = os.path.join(workdir, "config.json")
   name = _read_json(path).get("data", {}).get("tokenizer") if os.path.exists(path) else None
   if name == HF_TOKENIZER:
@@ -61,19 +61,33 @@ def export_tokenizer(workdir: str, dst: str, kind: str) -> str:
     copied = [n for n in found if n not in kept]
     for n in copied:
       shutil.copyfile(os.path.join(source, n), os.path.join(dst, n))
-    return (f"tokenizer files {', '.join(copied) or '(none found)'} copied"
+    done = (f"tokenizer files {', '.join(copied) or '(none found)'} copied"
             + (f"; {', '.join(kept)} already in {dst}, kept (the run's are in {source})"
                if kept else ""))
+    if "tokenizer.json" not in found or not os.path.exists(os.path.join(dst, "config.json")):
+      return done
+    # The ids the run trained with (its special_ids.json, else the tokenizer's own tokens),
+    # not the exporter's defaults: transformers would take GPT-2's 50256, T5's eos=1.
+    try:
+      tok = external_tokenizers.HuggingFaceTokenizer(source)
+    except ValueError as e:
+      return done + f"; its special ids not recorded ({e})"
+    _record_special_ids(dst, kind, {}, tok.pad_id, tok.bos_id, tok.eos_id)
+    return done + "; its special ids recorded in config.json"
   if name in BUILTIN_TOKENIZERS:
-    hf = _read_json(os.path.join(dst, "config.json"))
-    hf.update({TOKENIZER_KEY: name, "pad_token_id": tokenizers.PAD_ID,
-               "bos_token_id": tokenizers.BOS_ID, "eos_token_id": tokenizers.EOS_ID})
-    if kind == "encoder_decoder":  # our decoders start from BOS
-      hf["decoder_start_token_id"] = tokenizers.BOS_ID
-    with open(os.path.join(dst, "config.json"), "w") as f:
-      json.dump(hf, f, indent=2, sort_keys=True)
+    _record_special_ids(dst, kind, {TOKENIZER_KEY: name}, tokenizers.PAD_ID,
+                        tokenizers.BOS_ID, tokenizers.EOS_ID)
     return f"the {name} tokenizer and its special ids recorded in config.json"
   return f"data.tokenizer={name!r} is not exported: ship its files with the model yourself"
+
+
+def _record_special_ids(dst: str, kind: str, extra: dict, pad: int, bos: int, eos: int):
+  hf = _read_json(os.path.join(dst, "config.json"))
+  hf.update(extra, pad_token_id=pad, bos_token_id=bos, eos_token_id=eos)
+  if kind == "encoder_decoder":  # our decoders start from BOS
+    hf["decoder_start_token_id"] = bos
+  with open(os.path.join(dst, "config.json"), "w") as f:
+    json.dump(hf, f, indent=2, sort_keys=True)
 
 
 def special_ids(hf_config: dict, kind: str) -> dict:
