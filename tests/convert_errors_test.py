@@ -60,6 +60,15 @@ def test_error_unexpected_tensor(written):
     hf.from_hf(written)
 
 
+def test_error_damaged_safetensors_file(written):
+  path = os.path.join(written, "model.safetensors")
+  with open(path, "r+b") as f:
+    f.truncate(300)  # a copy cut short
+  with pytest.raises(ValueError, match=r"model.safetensors is not a readable safetensors file "
+                                       r"\(.*\); copy it again"):
+    hf.from_hf(written)
+
+
 def test_error_unsupported_rope_type(written):
   _edit(written, config=lambda hf: hf["rope_parameters"].update(rope_type="dynamic"))
   with pytest.raises(ValueError, match=r"rope type 'dynamic' has no equivalent here"):

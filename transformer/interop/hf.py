@@ -18,6 +18,7 @@ dropped unnoticed. Export re-reads the config it writes and refuses a model the 
 express exactly. Only safetensors and numpy are used: converting needs no PyTorch.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -28,7 +29,7 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 from flax.linen import meta
-from safetensors import safe_open
+import safetensors
 from safetensors.numpy import save_file
 
 from transformer import schema
@@ -68,6 +69,17 @@ def _family(hf: dict, path: str):
     raise ValueError(f"{path}/config.json has model_type {model_type!r}; convertible: "
                      f"{sorted(FAMILIES)}")
   return FAMILIES[model_type]
+
+
+@contextlib.contextmanager
+def safe_open(path: str, framework: str):
+  """safetensors.safe_open, its errors on a damaged file one line that names it."""
+  try:
+    with safetensors.safe_open(path, framework) as f:
+      yield f
+  except safetensors.SafetensorError as e:
+    raise ValueError(f"{path} is not a readable safetensors file "
+                     f"({str(e).splitlines()[0][:160]}); copy it again") from None
 
 
 class Checkpoint:
