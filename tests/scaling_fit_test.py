@@ -416,3 +416,12 @@ def test_eval_noise_of_a_grid(tmp_path):
   assert np.isclose(n["swing_max"], 0.5) and np.isclose(n["swing_median"], 0.1)
   with pytest.raises(ValueError, match="no finished run"):
     eval_noise.grid_noise(str(tmp_path / "N=3,C=1"))
+
+
+def test_an_ablation_with_no_isoflop_minimum_still_draws_its_figure(tmp_path):
+  from experiments.scaling import ablation, plots  # matplotlib
+  rows = [dict(step=s, params="total", runs=6, a2=None, a2_ci95=None, a2_budgets=[],
+               a2_minima=[], a3=0.5, a3_ci95=None, best_loss={2e9: 2.8}) for s in "ab"]
+  table = {"budgets": [2e9], "common_a2_budgets": None, "rows": rows}
+  assert "n/a" in ablation.markdown(table)  # log axes with nothing on them raised before
+  assert os.path.exists(plots.plot_ablation(str(tmp_path / "ablation.png"), table))

@@ -325,8 +325,9 @@ def evaluate_run(config, run_dir: str, variant: str, stream: np.ndarray,
     print(f"  {variant:10s} {os.path.basename(run_dir)} length {length:6d}: loss "
           f"{windows.mean():.4f}, sliding {sliding.mean():.4f}", flush=True)
   cache[key] = out
-  with open(cache_path, "w") as f:
+  with open(cache_path + ".tmp", "w") as f:
     json.dump(cache, f)
+  os.replace(cache_path + ".tmp", cache_path)  # a kill mid-write leaves the old cache whole
   return out
 
 

@@ -165,11 +165,11 @@ def main(argv):
   os.makedirs(f.out, exist_ok=True)
   with open(os.path.join(f.out, "ablation.json"), "w") as fh:
     json.dump(fit._json_safe(table), fh, indent=2)
-  from experiments.scaling import plots  # matplotlib only where a figure is written
-  plots.plot_ablation(os.path.join(f.out, "ablation.png"), table)
   text = markdown(table)
   with open(os.path.join(f.out, "ablation.md"), "w") as fh:
     fh.write(text)
+  from experiments.scaling import plots  # matplotlib only where a figure is written
+  plots.plot_ablation(os.path.join(f.out, "ablation.png"), table)
   print(text, end="")
 
 

@@ -271,7 +271,9 @@ def plot_ablation(path, table):
       ax.plot(c_line, row["a2_N_coef"] * c_line ** a2, "-", color=color, label=label)
     else:
       ax.plot([], [], "o", color=color, label=label)
-  ax.set(xscale="log", yscale="log", xlabel="training compute C (FLOPs, each grid's convention)",
+  if any(row.get("a2_minima") for row in table["rows"]):  # else nothing to log-scale: n/a
+    ax.set(xscale="log", yscale="log")
+  ax.set(xlabel="training compute C (FLOPs, each grid's convention)",
          ylabel="compute-optimal parameters N_opt", title="IsoFLOP minima per grid, 95% intervals "
          "(hollow: minimum outside the sizes, not fitted)")
   ax.grid(True, which="both", alpha=0.3)
