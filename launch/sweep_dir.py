@@ -86,8 +86,15 @@ def _loss(summary: dict) -> float:
   return float(loss) if isinstance(loss, (int, float)) and math.isfinite(loss) else math.inf
 
 
-def write_results(workdir: str) -> str:
-  """(Re)write DIR/results.md from what is on disk now."""
+def write_results(workdir: str, keep_below: bool = True) -> str:
+  """(Re)write DIR/results.md from what is on disk now. While the runs table is unchanged,
+  what follows it (experiments.scaling.fit's fits) is kept (`keep_below`): a re-run that
+  finds every run finished leaves the fits of those runs in place."""
   path = os.path.join(workdir, "results.md")
-  atomic_write(path, results_table(workdir))
+  table = results_table(workdir)
+  if keep_below and os.path.exists(path):
+    with open(path) as f:
+      if f.read().startswith(table):
+        return path
+  atomic_write(path, table)
   return path

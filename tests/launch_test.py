@@ -230,11 +230,15 @@ def test_local_runs_in_parallel_skips_finished_and_tabulates(tmp_path, fake_trai
     table = f.read().splitlines()
   assert table[0].split(" | ")[1:3] == ["model.d_model", "opt.lr"]  # train.seed never varies
   assert table[2].startswith("| lr=0.003,d_model=128 |")  # lowest loss first
-  # A second launch finds everything finished and starts nothing.
+  # A second launch finds everything finished and starts nothing, and keeps what a fit
+  # (experiments.scaling.fit) wrote under the unchanged runs table.
+  with open(os.path.join(workdir, "results.md"), "a") as f:
+    f.write("\n## Fits\n")
   again = local.run_sweep(config, workdir, config_arg="cfg.py", parallel=2,
                           train_module=fake_train, extra_flags=["--config.train.seed=0"],
                           log=lambda _: None)
   assert len(again["skipped"]) == 4 and not again["finished"] and len(_calls(workdir)) == 4
+  assert open(os.path.join(workdir, "results.md")).read().endswith("\n## Fits\n")
 
 
 def test_a_sweep_dir_refuses_another_sweep_and_keeps_an_extended_ones_record(tmp_path,

@@ -261,7 +261,7 @@ def fit_sweep(workdir: str, *, params: str = "total", grid: str = "hoffmann",
                 chinchilla_other_convention=chin_other, kaplan=kaplan, frontier=frontier)
   with open(os.path.join(workdir, "fit.json"), "w") as f:
     json.dump(_json_safe(result), f, indent=2)
-  with open(sweep.write_results(workdir), "a") as f:
+  with open(sweep.write_results(workdir, keep_below=False), "a") as f:
     f.write(fit_markdown(result, workdir))
   if plots:
     from experiments.scaling import plots as plotting
