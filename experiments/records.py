@@ -83,7 +83,10 @@ def run_key(summary: dict) -> dict:
 def _records(root: str):
   """Paths (relative to root) of every record file under root."""
   for here, dirs, files in os.walk(root):
-    dirs[:] = sorted(d for d in dirs if d != "checkpoints")
+    # The stash (in_flight/) is stash's and unstash's alone: copied as records it would come
+    # back on the next save over a newer stash's files.
+    dirs[:] = sorted(d for d in dirs if d != "checkpoints"
+                     and not (here == root and d == IN_FLIGHT))
     finished = "summary.json" in files
     for name in sorted(files):
       if (finished and name in RECORD_FILES) or name in SWEEP_FILES:

@@ -158,6 +158,17 @@ def test_stash_keeps_each_chains_newest_checkpoint_and_restore_puts_it_back(tmp_
     records.stash(str(runs), str(saved), ["kv/runs/rope/*"])
 
 
+def test_restore_leaves_the_stash_to_unstash(tmp_path):
+  # A stashed run with a summary (a stage's, training went on) is not a record to restore: its
+  # copy under RUNS/in_flight would go back over a newer stash on the next save.
+  runs, saved, other = (tmp_path / d for d in ("runs", "saved", "other"))
+  _checkpoint(runs / "kv" / "runs" / "rope" / "seed0", 1200)
+  (runs / "kv" / "runs" / "rope" / "seed0" / "summary.json").write_text('{"step": 1000}')
+  records.stash(str(runs), str(saved), ["kv/runs/rope/seed0"])
+  records.copy(str(saved), str(other), overwrite=False)
+  assert not (other / records.IN_FLIGHT).exists()
+
+
 @pytest.mark.slow
 def test_a_run_cut_on_one_machine_resumes_on_another_from_its_stash(data_dir, tmp_path):
   """The stash is an orbax checkpoint that trains on: the run stopped at step 4 on machine a
