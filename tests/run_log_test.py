@@ -242,3 +242,15 @@ def test_a_failed_cut_back_leaves_no_file_tensorboard_would_read(tmp_path, monke
   with pytest.raises(OSError):
     tensorboard_events.cut_back(writer.path, 1)
   assert os.listdir(tmp_path) == [os.path.basename(writer.path)]
+
+
+def test_each_session_shows_its_config_once(tmp_path):
+  config = ml_collections.ConfigDict({"train": {"steps": 8}})
+  for start in (0, 4, 4):  # trained to 4, then two sessions resumed from the step-4 checkpoint
+    log = run_log.RunLog(str(tmp_path), total_steps=8, enabled=True, start_step=start)
+    log.write_config(config)
+    log.metrics(start + 1, {"loss": 1.0})
+    log.close()
+  assert sorted(e.step for f in tmp_path.glob("tensorboard/events.*")
+                for e in tensorboard_events.read_events(str(f))
+                for v in e.summary.value if v.tag.startswith("config")) == [1, 5]

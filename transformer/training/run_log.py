@@ -124,9 +124,10 @@ class RunLog:
       return
     path = os.path.join(self.workdir, "config.json")
     text = config.to_json(indent=2, sort_keys=True) + "\n"
-    # In TensorBoard's Text tab at the session's first step (a resume's changes show there).
+    # In TensorBoard's Text tab at the session's first step (a resume's changes show there);
+    # past the restored step, so that a later resume from that step cuts it with the rest.
     self._events.text("config", "".join("    " + line for line in text.splitlines(True)),
-                      self.start_step)
+                      self.start_step + 1)
     if self._wandb:
       self._wandb.config(schema.flatten(config.to_dict()))
     if os.path.exists(path):
