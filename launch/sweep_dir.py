@@ -94,7 +94,8 @@ def write_results(workdir: str, keep_below: bool = True) -> str:
   table = results_table(workdir)
   if keep_below and os.path.exists(path):
     with open(path) as f:
-      if f.read().startswith(table):
-        return path
+      text = f.read()
+    if text.startswith(table) and not text[len(table):].startswith("|"):  # no row more
+      return path
   atomic_write(path, table)
   return path

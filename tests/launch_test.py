@@ -260,6 +260,15 @@ def test_a_sweep_dir_refuses_another_sweep_and_keeps_an_extended_ones_record(tmp
   assert open(os.path.join(workdir, "sweep.1.json")).read() == record
 
 
+def test_results_md_keeps_a_fit_below_an_unchanged_table_only(tmp_path):
+  path = tmp_path / "results.md"
+  table = sweep.results_table(str(tmp_path))
+  for below, kept in (("\n## Fits\n", True), ("| a dropped run | not finished |\n", False)):
+    path.write_text(table + below)
+    sweep.write_results(str(tmp_path))
+    assert path.read_text() == (table + below if kept else table)
+
+
 def test_the_same_flags_in_another_order_are_the_same_sweep(tmp_path):
   os.makedirs(tmp_path / "a")  # a started run
   run = lambda *flags: {"name": "a", "command": ["python", "-m", "transformer.train",

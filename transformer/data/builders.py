@@ -148,7 +148,7 @@ class Algorithmic(tfds.core.GeneratorBasedBuilder):
   and test hold no instance of the training split."""
 
   VERSION = tfds.core.Version("1.1.0")
-  RELEASE_NOTES = {"1.1.0": "Held-out splits hold no instance of the training split."}
+  RELEASE_NOTES = {"1.1.0": "Validation and test hold no instance of the training split."}
 
   @classmethod
   def config_from(cls, data_config):
@@ -178,11 +178,11 @@ class Algorithmic(tfds.core.GeneratorBasedBuilder):
             "test_long": self._generate_examples("test_long", c.num_eval, long)}
 
   def _generate_examples(self, split, num, lengths):
-    # Held-out splits hold no training instance: short lengths have few distinct inputs (26
+    # Validation and test hold no training instance: short lengths have few distinct inputs (26
     # of length 1), so independent draws repeated ~13% of the training split in validation.
     # An instance found in train is redrawn from the next seed; others keep their own.
     c, task = self.builder_config, self.builder_config.task
-    train = set() if split == "train" else self._train_inputs()
+    train = set() if split in ("train", "test_long") else self._train_inputs()
     for i in range(num):
       for attempt in range(_REDRAWS):
         rng = _rng(task, split, i, attempt) if attempt else _rng(task, split, i)

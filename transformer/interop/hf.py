@@ -75,11 +75,12 @@ def _family(hf: dict, path: str):
 def safe_open(path: str, framework: str):
   """safetensors.safe_open, its errors on a damaged file one line that names it."""
   try:
-    with safetensors.safe_open(path, framework) as f:
-      yield f
+    opened = safetensors.safe_open(path, framework)  # a damaged header fails here
   except safetensors.SafetensorError as e:
     raise ValueError(f"{path} is not a readable safetensors file "
                      f"({str(e).splitlines()[0][:160]}); copy it again") from None
+  with opened as f:
+    yield f
 
 
 class Checkpoint:
