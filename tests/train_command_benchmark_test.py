@@ -1,5 +1,7 @@
 """experiments/benchmarks/train_command.py: the summary over interleaved rounds."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -46,3 +48,16 @@ def test_bare_steps_are_summarized_as_the_train_command_logs_them():
     assert train_throughput.window_median(times, window) == pytest.approx(sorted(means)[3])
   with pytest.raises(ValueError, match="--window=6"):
     train_throughput.window_median(times[:5], 6)
+
+
+def test_the_pytorch_run_does_not_load_jax():
+  # Its peak resident memory is compared with the train command's: jax and XLA loaded into it
+  # (about 200 MiB) would count a framework it never uses.
+  import subprocess
+  import sys
+  pytest.importorskip("torch")
+  code = ("import sys, experiments.benchmarks.train_throughput_torch; "
+          "print(sorted(m for m in ('jax', 'jaxlib', 'flax') if m in sys.modules))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert out.stdout.strip() == "[]"

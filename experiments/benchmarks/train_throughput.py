@@ -58,29 +58,20 @@ from experiments import results as experiment_results
 from transformer.analysis import model_stats
 from transformer.cpu import fused_attention
 from transformer.training import loop, sharding, throughput
+# The workloads and --workloads, --steps, --window, --peak_n, shared with the PyTorch run.
+from experiments.benchmarks.workloads import (  # noqa: F401 (WORKLOADS: this module's API too)
+    PEAK_N as _PEAK_N, STEPS as _STEPS, WINDOW as _WINDOW, WORKLOADS, WORKLOADS_FLAG as
+    _WORKLOADS, check_window, window_median)
 
 # One XLA:CPU device per core, data-parallel (the train command's --cpu_devices=0); pass
 # --cpu_devices=1 for the train command's default, one device using every core.
 cli.define_train_flags()
 flags.FLAGS.set_default("cpu_devices", 0)
-_WORKLOADS = flags.DEFINE_list("workloads", ["W1", "W2"], "Workloads to run.")
-_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per workload (median reported).")
-_WINDOW = flags.DEFINE_integer(
-    "window", 1, "Report the median over the means of consecutive windows of this many timed "
-    "steps (1: the median step), to match a train run that logs every `window` steps.")
-_PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matrix size of the jnp.dot peak measurement.")
 _MESH = flags.DEFINE_list("mesh", ["-1", "1", "1"],
                           "Mesh shape data,fsdp,tensor (-1: the remaining devices).")
 _ATTENTION = flags.DEFINE_string(
     "attention", "auto", "model.attention for both workloads (e.g. query_blocks to compare "
     "XLA's blockwise attention with auto's fused CPU kernel).")
-
-WORKLOADS = {
-    "W1": dict(model=dict(d_model=256, num_layers=4, num_heads=4, d_ff=1024),
-               seq_len=256, batch_size=16),
-    "W2": dict(model=dict(d_model=512, num_layers=8, num_heads=8, d_ff=2048),
-               seq_len=512, batch_size=8),
-}
 
 
 def workload_model(name: str):
@@ -121,22 +112,6 @@ def random_batch(config, seed=0):
           "segment_ids": np.ones((B, L), np.int32),
           "positions": np.broadcast_to(np.arange(L, dtype=np.int32), (B, L)).copy(),
           "weights": np.ones((B, L), np.float32)}
-
-
-def check_window(window: int, steps: int) -> None:
-  if not 1 <= window <= steps:
-    raise ValueError(f"--window={window}: give 1 .. --steps ({steps}) steps per window")
-
-
-def window_median(times: list[float], window: int) -> float:
-  """The median over the means of consecutive `window`-step windows (a trailing part window
-  is left out): the train command logs each window's mean step time, and on a right-skewed
-  distribution (a slow step now and then) a mean of a few steps sits above the median step,
-  so a bare step has to be summarized the same way to compare with it."""
-  check_window(window, len(times))
-  means = [statistics.fmean(times[i:i + window])
-           for i in range(0, len(times) - window + 1, window)]
-  return statistics.median(means)
 
 
 def measure(name: str) -> dict:

@@ -20,8 +20,9 @@ from absl import flags
 
 from transformer import cli
 
-# Its workloads and its flags (--workloads, --steps, --peak_n), so both runs are one recipe.
-from experiments.benchmarks.train_throughput import WORKLOADS, check_window, window_median
+# train_throughput's workloads and flags (--workloads, --steps, --window, --peak_n), so both
+# runs are one recipe; from a module without jax, which this process must not load.
+from experiments.benchmarks.workloads import WORKLOADS, check_window, window_median
 
 FLAGS = flags.FLAGS
 _THREADS = flags.DEFINE_integer("threads", 0, "torch intra-op threads (0: all CPUs). Compare "
