@@ -182,7 +182,7 @@ class Algorithmic(tfds.core.GeneratorBasedBuilder):
     # of length 1), so independent draws repeated ~13% of the training split in validation.
     # An instance found in train is redrawn from the next seed; others keep their own.
     c, task = self.builder_config, self.builder_config.task
-    train = set() if split in ("train", "test_long") else self._train_inputs()
+    train = set() if split in ("train", "test_long") else self._train_inputs
     for i in range(num):
       for attempt in range(_REDRAWS):
         rng = _rng(task, split, i, attempt) if attempt else _rng(task, split, i)
@@ -196,12 +196,11 @@ class Algorithmic(tfds.core.GeneratorBasedBuilder):
             f"widen data.min_length..data.max_length or use a smaller data.size")
       yield i, {"inputs": inputs, "targets": targets}
 
+  @functools.cached_property
   def _train_inputs(self) -> set[str]:
-    if not hasattr(self, "_train"):
-      c = self.builder_config
-      self._train = {algorithmic.example(c.task, _rng(c.task, "train", i), c.min_length,
-                                         c.max_length)[0] for i in range(c.num_train)}
-    return self._train
+    c = self.builder_config
+    return {algorithmic.example(c.task, _rng(c.task, "train", i), c.min_length,
+                                c.max_length)[0] for i in range(c.num_train)}
 
 
 class KvRetrieval(tfds.core.GeneratorBasedBuilder):

@@ -75,7 +75,7 @@ class Scorer:
     length = -(-max(longest, pad_to) // 16) * 16
     # The model reads length - 1 inputs: rounding up may not pass a learned position table
     # that the rows themselves fit (padding is masked, so the scores do not change).
-    table = positions.SCHEMES[self.config.position.name](self.config).max_length()
+    table = positions.make_scheme(self.config).max_length()
     length = max(longest, min(length, table + 1))
     logps, exact = [], []
     for start in range(0, len(rows), batch_size):
