@@ -61,3 +61,16 @@ def test_the_pytorch_run_does_not_load_jax():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert out.stdout.strip() == "[]"
+
+
+def test_best_of_eager_and_compiled_pytorch_is_taken_round_by_round():
+  # Whichever PyTorch path is faster in a round is the peer that round is judged against.
+  rounds = [dict(workload="W1", bare_ms=500.0, train_ms=500.0, bare_rss=1.0, train_rss=900.0,
+                 torch_ms=p, torch_rss=1000.0, compiled_ms=c, compiled_rss=800.0, phases={})
+            for p, c in [(600.0, 550.0), (700.0, 750.0)]]
+  row = train_command.median_row(rounds)
+  assert row["ranges"]["best/train"] == pytest.approx((550 / 500, 700 / 500))
+  assert row["means"]["best/train"][0] == pytest.approx((550 + 700) / 1000)
+  assert row["ranges"]["train/compiled MiB"] == pytest.approx((900 / 800, 900 / 800))
+  assert "best/train" not in train_command.median_row(
+      [{k: v for k, v in r.items() if not k.startswith("compiled")} for r in rounds])["ranges"]

@@ -1,7 +1,7 @@
 r"""The train command against its own bare step, and where its memory goes, on W1/W2.
 
     python -m experiments.benchmarks.train_command [--workloads W1,W2] [--train_steps 40]
-        [--cpu_devices 1] [--torch] [--repeats 3]
+        [--cpu_devices 1] [--torch] [--torch_compile] [--repeats 3]
 
 For each workload of experiments/benchmarks/train_throughput.py, in separate processes run one
 after another (so each peak resident set is its own):
@@ -10,6 +10,9 @@ after another (so each peak resident set is its own):
           corpus bytes, vocabulary 256 + the tokenizer's specials, learned positions, GELU,
           AdamW), --train_steps steps, logging every 5, one eval and one save at the end
   torch   (--torch) train_throughput_torch, the PyTorch implementation of the same model
+  compiled (--torch_compile) the same with torch.compile (inductor), PyTorch's fastest CPU
+          path; with both, "best/train" compares the train command with the faster of the two
+          in each round
 Step time of `train` is the median step_time_s of its metrics.jsonl rows after the first
 (which holds the warm-up); eval and checkpoint time are outside it, as the progress line shows.
 Each row is the mean of 5 steps, so `bare` and `torch` time as many steps as those rows hold
@@ -52,6 +55,8 @@ FLAGS = flags.FLAGS
 FLAGS.set_default("cpu_devices", 1)
 _STEPS = flags.DEFINE_integer("train_steps", 40, "Train-command steps per workload.")
 _TORCH = flags.DEFINE_bool("torch", False, "Also run the PyTorch implementation (interop extra).")
+_TORCH_COMPILE = flags.DEFINE_bool("torch_compile", False, "Also run the PyTorch implementation "
+                                   "under torch.compile (interop extra and a C++ compiler).")
 _REPEATS = flags.DEFINE_integer("repeats", 1, "Interleaved rounds per workload (medians reported).")
 
 # The train command logs each window's mean step time; the bare steps are summarized the same
@@ -127,13 +132,18 @@ def measure(name: str) -> dict:
   step_times = [r["step_time_s"] for r in rows[1:] if "step_time_s" in r]
   result = dict(workload=name, bare_ms=bare_ms, train_ms=statistics.median(step_times) * 1e3,
                 bare_rss=bare_rss, train_rss=train_rss, phases=phases)
-  if _TORCH.value:
-    torch_out, torch_rss, _ = run([sys.executable, "-m",
-                                   "experiments.benchmarks.train_throughput_torch",
-                                   f"--workloads={name}", *same_steps])
-    result.update(torch_ms=float(re.search(rf"^{name}\s+([\d.]+)", torch_out, re.M).group(1)),
-                  torch_rss=torch_rss)
+  for key in _torch_runs():
+    out, rss, _ = run([sys.executable, "-m", "experiments.benchmarks.train_throughput_torch",
+                       f"--workloads={name}", *same_steps, f"--compile={key == 'compiled'}"])
+    result.update({f"{key}_ms": float(re.search(rf"^{name}\s+([\d.]+)", out, re.M).group(1)),
+                   f"{key}_rss": rss})
   return result
+
+
+def _torch_runs() -> list[str]:
+  """The PyTorch runs asked for: eager ("torch") and/or torch.compile ("compiled")."""
+  return [key for key, wanted in (("torch", _TORCH.value), ("compiled", _TORCH_COMPILE.value))
+          if wanted]
 
 
 def median_row(rounds: list[dict]) -> dict:
@@ -144,9 +154,12 @@ def median_row(rounds: list[dict]) -> dict:
   row.update(workload=rounds[0]["workload"], phases=rounds[-1]["phases"],
              label=f"{rounds[0]['workload']} median of {len(rounds)}")
   ratios = {"train/bare": [r["train_ms"] / r["bare_ms"] for r in rounds]}
-  if "torch_ms" in row:
-    ratios["torch/train"] = [r["torch_ms"] / r["train_ms"] for r in rounds]
-    ratios["train/torch MiB"] = [r["train_rss"] / r["torch_rss"] for r in rounds]
+  for key in ("torch", "compiled"):
+    if f"{key}_ms" in row:
+      ratios[f"{key}/train"] = [r[f"{key}_ms"] / r["train_ms"] for r in rounds]
+      ratios[f"train/{key} MiB"] = [r["train_rss"] / r[f"{key}_rss"] for r in rounds]
+  if "torch_ms" in row and "compiled_ms" in row:
+    ratios["best/train"] = [min(r["torch_ms"], r["compiled_ms"]) / r["train_ms"] for r in rounds]
   row["ranges"] = {k: (min(v), max(v)) for k, v in ratios.items()}
   row["means"] = {k: mean_ci95(v) for k, v in ratios.items()}
   return row
@@ -175,12 +188,13 @@ def main(argv):
     if _REPEATS.value > 1:
       summaries.append(median_row(rounds))
       rows.append(summaries[-1])
-  torch = " torch ms  torch MiB torch/train" if _TORCH.value else ""
+  torch = "".join(f" {key + ' ms':>11} {key + ' MiB':>12} {key + '/train':>14}"
+                  for key in _torch_runs())
   print(f"{'':14} {'bare ms':>8} {'train ms':>8} {'train/bare':>10} {'bare MiB':>9} "
         f"{'train MiB':>9}{torch}")
   for r in rows:
-    extra = (f" {r['torch_ms']:8.1f} {r['torch_rss']:10.0f} {r['torch_ms'] / r['train_ms']:11.3f}"
-             if _TORCH.value else "")
+    extra = "".join(f" {r[key + '_ms']:11.1f} {r[key + '_rss']:12.0f} "
+                    f"{r[key + '_ms'] / r['train_ms']:14.3f}" for key in _torch_runs())
     print(f"{r['label']:14} {r['bare_ms']:8.1f} {r['train_ms']:8.1f} "
           f"{r['train_ms'] / r['bare_ms']:10.3f} {r['bare_rss']:9.0f} {r['train_rss']:9.0f}{extra}")
   for r in summaries:

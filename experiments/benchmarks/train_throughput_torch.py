@@ -1,6 +1,7 @@
 r"""The train_throughput workloads in PyTorch: what an eager framework reaches on this CPU.
 
     python -m experiments.benchmarks.train_throughput_torch [--workloads W1,W2] [--steps 10]
+        [--compile]
 
 Needs the interop extra (torch). The model is the one experiments/benchmarks/train_throughput.py
 builds with jax (pre-RMSNorm decoder, no biases, learned positions, exact GELU, tied
@@ -8,6 +9,11 @@ embeddings), trained on the same random byte tokens with torch.optim.AdamW; atte
 F.scaled_dot_product_attention with is_causal (PyTorch's fused CPU kernel). FLOPs per token
 and the peak (best of five fp32 2048^3 torch.mm, before and after the workloads) follow the
 jax benchmark, so the two "of peak" columns compare directly.
+
+--compile runs the model and loss through torch.compile (inductor, which generates C++ for the
+CPU and needs a compiler on the PATH; its backward pass is compiled too, AdamW stays eager), so
+the comparison can be with PyTorch's fastest CPU training path, not only with eager mode. The
+compile happens in the two warm-up steps, outside the timed ones.
 """
 
 import os
@@ -28,6 +34,7 @@ FLAGS = flags.FLAGS
 _THREADS = flags.DEFINE_integer("threads", 0, "torch intra-op threads (0: all CPUs). Compare "
                                 "with jax at one thread: XLA_FLAGS='--xla_cpu_multi_thread_eigen"
                                 "=false intra_op_parallelism_threads=1'.")
+_COMPILE = flags.DEFINE_bool("compile", False, "torch.compile the model and loss (inductor).")
 
 
 class Block(torch.nn.Module):
@@ -89,16 +96,24 @@ def measure(name: str) -> dict:
   tokens = torch.randint(0, 256, (B, L + 1), generator=torch.Generator().manual_seed(0))
   inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
+  def forward():
+    return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+
+  if _COMPILE.value:
+    forward = torch.compile(forward)
+
   def step():
     opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+    loss = forward()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     return loss
 
+  start = time.perf_counter()
   for _ in range(2):
     step()
+  warm_up_s = time.perf_counter() - start
   times, cpu_times = [], []
   for _ in range(FLAGS.steps):
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -111,7 +126,7 @@ def measure(name: str) -> dict:
   step_s = window_median(times, FLAGS.window)
   return dict(workload=name, step_ms=step_s * 1e3, cpu_ms=statistics.median(cpu_times) * 1e3,
               tokens_per_s=B * L / step_s, gflops=flops_per_token * B * L / step_s / 1e9,
-              loss=float(loss.detach()))
+              warm_up_s=warm_up_s, loss=float(loss.detach()))
 
 
 def main(argv):
@@ -121,16 +136,18 @@ def main(argv):
       raise ValueError(f"unknown workload {name!r}; valid: {sorted(WORKLOADS)}")
   check_window(FLAGS.window, FLAGS.steps)
   torch.set_num_threads(_THREADS.value or os.cpu_count())
-  print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+  print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{'torch.compile (inductor)' if _COMPILE.value else 'eager'}; "
         f"load average {os.getloadavg()[0]:.1f}")
   peak_before = matmul_peak(FLAGS.peak_n)
   results = [measure(name) for name in FLAGS.workloads]
   peak = max(peak_before, matmul_peak(FLAGS.peak_n))
   print(f"fp32 torch.mm peak ({FLAGS.peak_n}^3, best of 5): {peak / 1e9:.1f} GFLOP/s")
-  print(f"{'':4} {'step ms':>8} {'cpu ms':>7} {'tokens/s':>9} {'GFLOP/s':>8} {'of peak':>8}")
+  print(f"{'':4} {'step ms':>8} {'cpu ms':>7} {'tokens/s':>9} {'GFLOP/s':>8} {'of peak':>8} "
+        f"{'warm-up s':>9}")
   for r in results:
     print(f"{r['workload']:4} {r['step_ms']:8.1f} {r['cpu_ms']:7.0f} {r['tokens_per_s']:9.0f} "
-          f"{r['gflops']:8.1f} {r['gflops'] * 1e9 / peak:8.1%}")
+          f"{r['gflops']:8.1f} {r['gflops'] * 1e9 / peak:8.1%} {r['warm_up_s']:9.1f}")
 
 
 if __name__ == "__main__":
