@@ -211,13 +211,20 @@ def test_lr_sweep_design_and_law(tmp_path):
     assert r["tokens"] / r["params_total"] == pytest.approx(20, rel=0.01)
   # A synthetic sweep whose best rate follows lr* = 0.05 N^-0.25 exactly.
   lrs = [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2]
-  per = [dict(N=n, **lr_law.best_lr(lrs, [(math.log10(lr) - math.log10(0.05 * n ** -0.25)) ** 2
-                                          + 2.0 for lr in lrs])) for n in (3e4, 1e5, 3e5)]
+  losses = {n: [(math.log10(lr) - math.log10(0.05 * n ** -0.25)) ** 2 + 2.0 for lr in lrs]
+            for n in (3e4, 1e5, 3e5)}
+  per = [dict(N=n, lrs=lrs, losses=y, **lr_law.best_lr(lrs, y)) for n, y in losses.items()]
   law = lr_law.fit_lr_law([3e4, 1e5, 3e5], per)
   assert law["exponent"] == pytest.approx(-0.25, abs=1e-6)
   lo, hi = law["exponent_tol_range"]
   assert lo < -0.25 < hi and hi - lo > 0.01
   assert "exponent_ci95" not in law  # no interval without the loss noise
+  # An sd measured on few degrees of freedom leaves sigma uncertain, so the interval widens
+  # (t tails), never narrows, against one drawn with sigma as good as known.
+  width = {dof: np.diff(lr_law.fit_lr_law([3e4, 1e5, 3e5], per, noise_sd=0.02, noise_dof=dof,
+                                          bootstrap=1000)["exponent_ci95"])[0]
+           for dof in (3, 100_000)}
+  assert width[3] > 1.5 * width[100_000]
   path = tmp_path / "lr_law.json"
   path.write_text(json.dumps(dict(law, convention="total")))
   got = sweep.expand(_design("corrected", lr_law=str(path)))

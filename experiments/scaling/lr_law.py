@@ -73,7 +73,9 @@ def fit_lr_law(sizes, per_size, *, tol: float = 0.005, noise_sd: float = 0.0,
                        "with (fit.json's isoflop.seed_noise.dof)")
     draws = []
     for _ in range(bootstrap):
-      sd = noise_sd * math.sqrt(rng.chisquare(noise_dof) / noise_dof)
+      # sigma given the measured sd: sd * sqrt(dof / chi2_dof), as approach 2 draws it (the
+      # inverse of the sd's own sampling distribution), which gives the intervals t tails.
+      sd = noise_sd * math.sqrt(noise_dof / rng.chisquare(noise_dof))
       vertices = []
       for b in per_size:
         seeds = np.asarray(b.get("seeds") or [1] * len(b["lrs"]), float)
