@@ -194,26 +194,6 @@ def test_isoflop_recovers_exponent():
   assert len(got["curves"]) == 1 and "need 3" in got["skipped"][0]["reason"]
 
 
-def test_kaplan_recovers_alpha_n_and_frontier():
-  # Kaplan et al. 2020 eq. 1.1 and 1.4 exponents: alpha_N = 0.076, alpha_C^min = 0.050.
-  rng = np.random.default_rng(0)
-  sizes = np.repeat(np.geomspace(1e6, 1e9, 7), 3)
-  # Each size has its converged run and two worse (e.g. shorter) ones; only the best counts.
-  loss = (8.8e13 / sizes) ** 0.076 * np.tile([1.0, 1.05, 1.2], 7)
-  loss *= np.exp(rng.normal(0, 1e-3, sizes.size))
-  got = fit.fit_kaplan(sizes, loss)
-  assert got["alpha_N"] == pytest.approx(0.076, abs=0.005)
-  assert len(got["N"]) == 7
-  flops = np.geomspace(1e15, 1e20, 30)
-  on_law = (3.1e8 * 8.64e19 / flops) ** 0.050  # C_c = 3.1e8 PF-days in FLOPs
-  above = on_law * (1 + rng.uniform(0.01, 0.3, 30))
-  got = fit.fit_frontier(np.concatenate([flops, flops * 1.1]),
-                         np.concatenate([on_law, above]))
-  assert got["alpha_C"] == pytest.approx(0.050, abs=1e-3)
-  c_env, l_env = fit.lower_envelope([1, 2, 3, 4], [5, 6, 4, 4.5])
-  np.testing.assert_array_equal(c_env, [1, 3])
-
-
 def test_results_md_says_which_budgets_approach_2_left_out(tmp_path):
   # Three budgets on Hoffmann's law and a fourth whose losses bend the wrong way: its
   # parabola opens downward, so it has no row in the table and results.md must say why.
@@ -425,3 +405,21 @@ def test_an_ablation_with_no_isoflop_minimum_still_draws_its_figure(tmp_path):
   table = {"budgets": [2e9], "common_a2_budgets": None, "rows": rows}
   assert "n/a" in ablation.markdown(table)  # log axes with nothing on them raised before
   assert os.path.exists(plots.plot_ablation(str(tmp_path / "ablation.png"), table))
+
+
+def test_curves_count_compute_in_the_fits_convention(tmp_path):
+  # The frontier L(C) is fitted on the curves, so their C must be the fits' C (total by
+  # default), not the summary's non-embedding `flops`.
+  workdir = str(tmp_path / "sweep")
+  _fake_sweep(workdir, HOFFMANN)
+  total, non = fit.load_runs(workdir, "total"), fit.load_runs(workdir, "non_embedding")
+  assert total["curve_metric"] == "eval_loss"
+  for i, (a, b) in enumerate(zip(total["curves"], non["curves"])):
+    c_total, c_non = total["C_total"][i], total["C_non_embedding"][i]
+    assert a[-1, 0] == c_total > c_non == b[-1, 0] and len(a) == 4
+    np.testing.assert_allclose(a[:, 0] / b[:, 0], c_total / c_non)
+  os.remove(os.path.join(workdir, fit.load_runs(workdir, "total")["name"][0], "metrics.jsonl"))
+  assert fit.load_runs(workdir, "total")["curve_metric"] == "eval_loss"
+  for name in fit.load_runs(workdir, "total")["name"][1:]:
+    os.remove(os.path.join(workdir, name, "metrics.jsonl"))
+  assert fit.load_runs(workdir, "total")["curve_metric"] == "final_eval_loss"

@@ -81,21 +81,26 @@ def load_runs(workdir: str, params: str = "non_embedding") -> dict:
   out["layers"] = np.array([_num_layers(workdir, r) for r in rows])
   out["budget"] = np.array([r["declared"].get("budget") or float(f"{c:.2g}")
                             for r, c in zip(rows, out["C"])], np.float64)
-  out["curves"], out["curve_metric"] = [], "eval_loss"
-  for r, x in zip(rows, s):
+  out["curves"], metrics = [], set()
+  for r, x, run_flops in zip(rows, s, out["C"]):
     points = []
     path = os.path.join(workdir, r["name"], "metrics.jsonl")
     if os.path.exists(path):  # a torn last line is dropped with a warning naming the file
       points = metrics_file.read(path)
-    flops_per_step = x["flops"] / max(x["step"], 1)
+    # In the fits' convention, as C is: the frontier L(C) is fitted on these points.
+    flops_per_step = run_flops / max(x["step"], 1)
     evals = [(p["step"] * flops_per_step, p["eval_loss"]) for p in points
              if isinstance(p.get("eval_loss"), (int, float)) and p["step"] > 0]
+    metrics.add("eval_loss" if evals else "loss" if points else "final_eval_loss")
     if not evals:
-      out["curve_metric"] = "loss"
       evals = [(p["step"] * flops_per_step, p["loss"]) for p in points
                if isinstance(p.get("loss"), (int, float)) and p["step"] > 0]
-    evals.append((x["flops"], x["final_eval_loss"]))
+    evals.append((run_flops, x["final_eval_loss"]))
     out["curves"].append(np.array(sorted(evals)))
+  # What the curves hold: eval losses, training losses where a run logged no eval, or only
+  # each run's final eval loss (runs rebuilt from a published table have no metrics.jsonl).
+  out["curve_metric"] = ("loss" if "loss" in metrics else "eval_loss" if "eval_loss" in metrics
+                         else "final_eval_loss")
   return out
 
 
@@ -217,10 +222,11 @@ def fit_sweep(workdir: str, *, params: str = "total", grid: str = "hoffmann",
     e_values = [runs["L"].min() * f for f in (0.1, 0.3, 0.5, 0.7, 0.9)]
   e_values = [e for e in e_values if e < runs["L"].min()]
   a_vs_e = a_against_fixed_E(runs["N"], runs["D"], runs["L"], e_values, grid=fixed_E_grid)
-  kaplan = _try(fit_kaplan, runs["N"], runs["L"])
+  kaplan = _try(fit_kaplan, runs["N"], runs["L"], bootstrap=bootstrap, seed=seed)
   curve_c = np.concatenate([c[:, 0] for c in runs["curves"]])
   curve_l = np.concatenate([c[:, 1] for c in runs["curves"]])
-  frontier = _try(fit_frontier, curve_c, curve_l)
+  curve_run = np.concatenate([np.full(len(c), i) for i, c in enumerate(runs["curves"])])
+  frontier = _try(fit_frontier, curve_c, curve_l, run=curve_run, bootstrap=bootstrap, seed=seed)
   frontier["metric"] = runs["curve_metric"]
   from experiments.scaling import shapes
   result = {k: chin[k] for k in LAW_KEYS + ("a", "b") if k in chin}
@@ -357,11 +363,18 @@ def fit_markdown(result: dict, workdir: str) -> str:
               f"{'n/a' if a2 is None else f'{a2:.3f}'}{fmt_ci(other.get('a_approach2_ci95'))}, "
               f"approach 3 a = {'n/a' if a3 is None or not np.isfinite(a3) else f'{a3:.3f}'}."]
   if "alpha_N" in kap:
-    lines.append(f"Kaplan L(N) = (N_c/N)^alpha_N on the best loss per size: alpha_N = "
-                 f"{kap['alpha_N']:.3f}.")
-  if "alpha_C" in result["frontier"]:
-    lines.append(f"Compute frontier L(C) = (C_c/C)^alpha_C: alpha_C = "
-                 f"{result['frontier']['alpha_C']:.3f}.")
+    lines.append(f"Kaplan L(N) = (N_c/N)^alpha_N on the best loss per size ({result['params']}"
+                 f" N): alpha_N = {kap['alpha_N']:.3f}{fmt_ci(kap.get('ci', {}).get('alpha_N'))}.")
+  front = result["frontier"]
+  if "alpha_C" in front:
+    points = {"eval_loss": "every run's eval-loss curve", "loss": "every run's training-loss "
+              "curve", "final_eval_loss": "each run's final eval loss (no curves recorded)"}
+    lines.append(f"Compute frontier L(C) = (C_c/C)^alpha_C on the lower envelope of "
+                 f"{points[front['metric']]}, C in the {result['params']} convention: "
+                 f"alpha_C = {front['alpha_C']:.3f}{fmt_ci(front.get('ci', {}).get('alpha_C'))}.")
+  if kap.get("ci") or front.get("ci"):
+    lines.append("(alpha_N and alpha_C intervals: 95% percentile bootstrap over resamples of "
+                 "the runs.)")
   wall = sum(r["summary"].get("wall_time_s", 0) for r in sweep.read_sweep(workdir) if r["summary"])
   command = shlex.join(["python", "-m", "experiments.scaling.fit"] + sys.argv[1:])
   lines += ["", f"Fit command: `{command}`  ",

@@ -193,8 +193,10 @@ def plot_frontier(path, runs, kaplan, frontier):
   bar_cmap = matplotlib.colors.ListedColormap(cmap(np.linspace(0, 0.85, 256)))
   fig.colorbar(plt.cm.ScalarMappable(cmap=bar_cmap, norm=norm), ax=ax,
                label=_params_label(runs))
-  metric = "eval loss" if frontier.get("metric") == "eval_loss" else "training loss"
-  ax.set(xscale="log", yscale="log", xlabel="training compute (FLOPs)",
+  metric = {"eval_loss": "eval loss", "loss": "training loss",
+            "final_eval_loss": "final eval loss"}.get(frontier.get("metric"), "loss")
+  convention = "total" if runs.get("params") == "total" else "non-embedding"
+  ax.set(xscale="log", yscale="log", xlabel=f"training compute (FLOPs, {convention} convention)",
          ylabel=f"{metric} (nats/token)", title="Loss vs compute: every run's curve")
   ax.grid(True, which="both", alpha=0.3)
   ax.legend(fontsize=8)

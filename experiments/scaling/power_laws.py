@@ -35,16 +35,43 @@ def interval(values) -> list:
 
 # --- Kaplan et al. 2020: L(N) and the compute frontier L(C) -----------------------------------
 
-def fit_kaplan(N, L) -> dict:
-  """L(N) = (N_c / N)^alpha_N on the best loss reached at each model size."""
+def _scale(k: float, alpha: float) -> float:
+  """X_c of y = (X_c / x)^alpha = k x^-alpha; inf where a resample's alpha is near 0."""
+  with np.errstate(over="ignore", divide="ignore"):
+    return float(np.exp(np.log(k) / alpha))
+
+
+def _over_runs(fit_once, key, runs, bootstrap, seed) -> list:
+  """95% percentile interval of fit_once(resampled runs)[key], resampling runs (whole ones,
+  with replacement); a resample the fit refuses (e.g. one model size left) counts as NaN."""
+  rng = np.random.default_rng(seed)
+  values = []
+  for _ in range(bootstrap):
+    try:
+      values.append(fit_once(rng.choice(runs, size=len(runs), replace=True))[key])
+    except ValueError:
+      values.append(math.nan)
+  return interval(values)
+
+
+def fit_kaplan(N, L, *, bootstrap: int = 0, seed: int = 0) -> dict:
+  """L(N) = (N_c / N)^alpha_N on the best loss reached at each model size; with `bootstrap`,
+  `ci` holds alpha_N's 95% interval over resamples of the runs (one (N, L) per run)."""
   N, L = positive_arrays("fit_kaplan", N=N, L=L)
-  sizes = np.unique(N)
-  if len(sizes) < 2:
-    raise ValueError(f"fit_kaplan needs at least 2 model sizes, got {len(sizes)}")
-  best = np.array([L[N == n].min() for n in sizes])
-  slope, k = power_law(sizes, best)
-  alpha = -slope
-  return dict(alpha_N=alpha, N_c=float(k ** (1.0 / alpha)), N=sizes.tolist(), L=best.tolist())
+
+  def once(rows):
+    sizes = np.unique(N[rows])
+    if len(sizes) < 2:
+      raise ValueError(f"fit_kaplan needs at least 2 model sizes, got {len(sizes)}")
+    best = np.array([L[rows][N[rows] == n].min() for n in sizes])
+    slope, k = power_law(sizes, best)
+    return dict(alpha_N=-slope, N_c=_scale(k, -slope), N=sizes.tolist(),
+                L=best.tolist())
+
+  out = once(np.arange(len(N)))
+  if bootstrap:
+    out["ci"] = dict(alpha_N=_over_runs(once, "alpha_N", np.arange(len(N)), bootstrap, seed))
+  return out
 
 
 def lower_envelope(C, L) -> tuple[np.ndarray, np.ndarray]:
@@ -56,11 +83,23 @@ def lower_envelope(C, L) -> tuple[np.ndarray, np.ndarray]:
   return C[keep], L[keep]
 
 
-def fit_frontier(C, L) -> dict:
-  """L(C) = (C_c / C)^alpha_C on the lower envelope of all (FLOPs, loss) points."""
-  c_env, l_env = lower_envelope(C, L)
-  if len(c_env) < 2:
-    raise ValueError(f"fit_frontier needs at least 2 envelope points, got {len(c_env)}")
-  slope, k = power_law(c_env, l_env)
-  alpha = -slope
-  return dict(alpha_C=alpha, C_c=float(k ** (1.0 / alpha)), C=c_env.tolist(), L=l_env.tolist())
+def fit_frontier(C, L, *, run=None, bootstrap: int = 0, seed: int = 0) -> dict:
+  """L(C) = (C_c / C)^alpha_C on the lower envelope of all (FLOPs, loss) points. `run` names
+  each point's run; with `bootstrap`, `ci` holds alpha_C's 95% interval over resamples of
+  the runs, each drawn with its whole curve."""
+  C, L = positive_arrays("fit_frontier", C=C, L=L)
+  run = np.arange(len(C)) if run is None else np.asarray(run)
+
+  def once(runs):
+    rows = np.concatenate([np.flatnonzero(run == r) for r in runs])
+    c_env, l_env = lower_envelope(C[rows], L[rows])
+    if len(c_env) < 2:
+      raise ValueError(f"fit_frontier needs at least 2 envelope points, got {len(c_env)}")
+    slope, k = power_law(c_env, l_env)
+    return dict(alpha_C=-slope, C_c=_scale(k, -slope), C=c_env.tolist(),
+                L=l_env.tolist())
+
+  out = once(np.unique(run))
+  if bootstrap:
+    out["ci"] = dict(alpha_C=_over_runs(once, "alpha_C", np.unique(run), bootstrap, seed))
+  return out
