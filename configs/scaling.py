@@ -32,9 +32,9 @@ to run it, in order):
                    prior D/N per budget (the corrected grid's measured minima), 3 seeds at the
                    3 nearest, data.size=large, the committed lr law; budget by budget
   ablation_extended  the extended grid's models and budgets, one seed, original settings
-  extended_deep    the extended grid with at least 3 layers (Kaplan et al. 2020, fig. 6: 1- and
-                   2-layer models fall off the trend the deeper ones follow; the extended
-                   grid's 2-layer shapes lay 0.006-0.031 nats above their neighbours): the same
+  extended_deep    the extended grid with at least 3 layers (the extended grid's 2-layer
+                   shapes lay 0.006-0.031 nats above their neighbours; Kaplan et al. 2020,
+                   fig. 6, saw only models with fewer than 2 layers deviate): the same
                    sizes, budgets, seeds and settings; where no 3-layer shape at d_ff = 4
                    d_model is within 10% of a size (3.5e4), d_ff = 3 or 2 d_model
   ablation_extended_deep  its models and budgets, one seed, original settings

@@ -104,6 +104,7 @@ def _one_error_line(proc) -> str:
     (["experiments.probes.replication", "--published", "a.json", "--replica", "b.json"],
      "--published=a.json: cannot read it as JSON"),
     (["experiments.probes.replication", "--published", "a.json"], "--replica is required"),
+    (["experiments.scaling.estimate"], "--config is required (e.g. --config configs/scaling.py"),
     (["experiments.scaling.lr_law", "--workdir", "nowhere"],
      "nowhere/sweep.json not found; --workdir takes the directory of the design=lr_sweep"),
 ], ids=lambda v: " ".join(a.replace(LM, "LM") for a in v) if isinstance(v, list) else None)

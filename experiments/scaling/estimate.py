@@ -102,6 +102,9 @@ def main(argv):
   if f.measure:
     print(json.dumps(measure(), indent=1))
     return
+  if not f["config"].present:
+    raise SystemExit("error: --config is required (e.g. --config "
+                     "configs/scaling.py:design=corrected), or --measure to time this machine")
   result = estimate(cli.config(f["config"]))
   print(json.dumps(result, indent=1))
 
