@@ -404,8 +404,8 @@ def run(config, workdir: str) -> None:
     results["not_applicable"][variant] = [n for n in lengths
                                           if results["loss"][variant][n] is None]
   # The gap at the training length: how far each scheme is from the best one at L, which
-  # every extrapolation number has to be read against (Press et al. compare schemes within
-  # ~2% of each other at L).
+  # every extrapolation number has to be read against (Press et al. compare schemes whose
+  # word-level perplexities at L are close; the per-word table gives that unit).
   at_L = {v: row[train_length]["mean"] for v, row in results["loss"].items()
           if row[train_length] is not None}
   best = min(at_L.values())
