@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from experiments.probes import run as probes
+from experiments.probes import stats
 from transformer import data
 from transformer.data import tokenizers
 
@@ -108,3 +109,38 @@ def test_scheme_overrides_are_applied_and_bad_ones_refused():
   config.experiment.overrides.rope = "opt.lr"
   with pytest.raises(ValueError, match="key=value"):
     extrapolation.scheme_config(config, "rope")
+
+
+def test_newcombe_interval_matches_the_papers_worked_examples():
+  # Newcombe (1998), Statistics in Medicine 17:873, Table II, method 10 (hybrid score).
+  for (a, n_a, b, n_b), want in [((56, 70, 48, 80), (0.0524, 0.3339)),
+                                 ((5, 56, 0, 29), (-0.0381, 0.1926)),
+                                 ((0, 10, 0, 20), (-0.1611, 0.2775)),
+                                 ((0, 10, 0, 10), (-0.2775, 0.2775))]:
+    assert stats.newcombe(a, n_a, b, n_b) == pytest.approx(want, abs=1e-4), (a, n_a, b, n_b)
+
+
+def test_u_test_interval_keeps_a_width_for_all_wrong_and_all_right_rows():
+  # The Wald interval (+- 1.96 SE) read "+0.000 [+0.000, +0.000]" for a failed model's rows.
+  for k in (0, 100):
+    u = probes.u_test({p: (k, 100) for p in range(6)})
+    lo, hi = u["ends_minus_middle_ci95"]
+    assert -1 <= lo < 0 < hi <= 1 and u["u_shaped"] is False
+  for counts in ({0: (3, 50), 1: (0, 50), 2: (0, 50), 3: (1, 50), 4: (50, 50)},
+                 {0: (20, 40), 1: (25, 40), 2: (10, 40), 3: (30, 40), 4: (38, 40)}):
+    u = probes.u_test(counts)
+    lo, hi = u["ends_minus_middle_ci95"]
+    assert -1 <= lo < u["ends_minus_middle"] < hi <= 1
+
+
+def test_pooling_recomputes_each_seeds_u_test_from_its_items():
+  """A row read from a cached evaluation carries the u_test of the code that cached it; the
+  tables use the current one, from the row's items."""
+  row = {"accuracy_by_position": {str(p): {"accuracy": acc, "n": 100}
+                                  for p, acc in enumerate([0.9, 0.5, 0.4, 0.5, 0.9])},
+         "context_tokens": 50, "mean_accuracy": 0.64,
+         "u_test": {"u_shaped": False, "ends_minus_middle": 0.0, "first_minus_middle": 0.0,
+                    "last_minus_middle": 0.0}}
+  pooled = stats.pool_retrieval({0: {"8": row}, 1: {"8": row}})[8]
+  assert pooled["u_shaped_seeds"] == 2
+  assert pooled["ends_minus_middle"]["mean"] == pytest.approx(0.5)

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import results as experiment_results  # noqa: E402
-from experiments.probes.stats import wilson  # noqa: E402
+from experiments.probes.stats import row_u_test, wilson  # noqa: E402
 
 
 def _pooled_by(by_seed: dict, key: str) -> dict:
@@ -266,7 +266,7 @@ def summary(results: dict) -> str:
           if "accuracy_by_position" not in row:
             lines.append(f"{head} {row.get('context_tokens')} | not applicable | | | | |")
             continue
-          u = row["u_test"]
+          u = row_u_test(row)  # not the cached row["u_test"]: the current test
           if u.get("u_shaped") is None:
             lines.append(f"{head} {row['context_tokens']} | {row['mean_accuracy']:.3f} | | | | "
                          f"{u.get('why')} |")

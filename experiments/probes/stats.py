@@ -16,12 +16,24 @@ def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
   return [float(min(max(centre - half, 0.0), p)), float(max(min(centre + half, 1.0), p))]
 
 
+def newcombe(right_a: int, n_a: int, right_b: int, n_b: int) -> list[float]:
+  """95% interval of p_a - p_b for independent binomials: Newcombe's hybrid score interval
+  (1998, method 10), from each proportion's Wilson interval. Unlike p_a - p_b +- 1.96 SE it
+  keeps a width where a proportion is 0 or 1 (two all-wrong rows: about [-0.03, 0.02] at
+  n = 200 and 100, not [0, 0]), and it stays in [-1, 1]."""
+  p_a, p_b = right_a / n_a, right_b / n_b
+  (lo_a, hi_a), (lo_b, hi_b) = wilson(right_a, n_a), wilson(right_b, n_b)
+  d = p_a - p_b
+  return [float(d - np.hypot(p_a - lo_a, hi_b - p_b)), float(d + np.hypot(hi_a - p_a, p_b - lo_b))]
+
+
 def u_test(counts: dict) -> dict:
   """The lost-in-the-middle test, fixed before any result: from {position: (right, n)} over
   evenly spaced positions, ends = the first and the last position, middle = the middle third
   of the positions (pooled). The row is U-shaped when EACH end beats the middle by more than
   2 standard errors (binomial, independent samples); pooled ends minus middle is reported
-  with its 95% interval (+- 1.96 SE)."""
+  with its 95% interval, Newcombe's score interval since 2026-12-07 (it was +- 1.96 SE, which
+  has no width where both proportions are 0 or 1)."""
   positions = sorted(counts)
   if len(positions) < 3:
     return {"u_shaped": None, "why": "fewer than 3 positions"}
@@ -36,6 +48,9 @@ def u_test(counts: dict) -> dict:
     n = sum(counts[p][1] for p in ps)
     return right / n, n
 
+  def items(ps):
+    return sum(counts[p][0] for p in ps), sum(counts[p][1] for p in ps)
+
   def diff(a, b):
     (pa, na), (pb, nb) = a, b
     se = np.sqrt(pa * (1 - pa) / na + pb * (1 - pb) / nb)
@@ -48,7 +63,8 @@ def u_test(counts: dict) -> dict:
   return {"middle_positions": middle, "middle": m[0], "first_minus_middle": first,
           "first_se": first_se, "last_minus_middle": last, "last_se": last_se,
           "ends_minus_middle": ends, "ends_se": ends_se,
-          "ends_minus_middle_ci95": [ends - 1.96 * ends_se, ends + 1.96 * ends_se],
+          "ends_minus_middle_ci95": newcombe(*items([positions[0], positions[-1]]),
+                                             *items(middle)),
           # A perfect (or all-wrong) row has SE 0: no difference, not a U.
           "u_shaped": bool(first > 2 * first_se and last > 2 * last_se and first > 0
                            and last > 0)}
@@ -63,6 +79,13 @@ def mean_sd(xs) -> dict:
   sd = float(np.std(xs, ddof=1)) if k > 1 else 0.0
   half = float(stats.t.ppf(0.975, k - 1) * sd / np.sqrt(k)) if k > 1 else None
   return {"mean": mean, "sd": sd, "t95": [mean - half, mean + half] if k > 1 else None}
+
+
+def row_u_test(row: dict) -> dict:
+  """u_test of a retrieval row from its items ({position: {accuracy, n}}), so that a row read
+  from a cached evaluation gets the current test rather than the one cached with it."""
+  return u_test({int(p): (round(c["accuracy"] * c["n"]), c["n"])
+                 for p, c in row["accuracy_by_position"].items()})
 
 
 def pool_retrieval(by_seed: dict) -> dict:
@@ -83,7 +106,7 @@ def pool_retrieval(by_seed: dict) -> dict:
         right, total = counts.get(int(p), (0, 0))
         counts[int(p)] = (right + round(c["accuracy"] * c["n"]), total + c["n"])
         accs.setdefault(int(p), []).append(c["accuracy"])
-    u_rows = [row["u_test"] for row in rows if row["u_test"].get("u_shaped") is not None]
+    u_rows = [u for u in map(row_u_test, rows) if u.get("u_shaped") is not None]
     pooled[n] = {
         "seeds": len(rows), "context_tokens": rows[0]["context_tokens"],
         "beyond_training": rows[0].get("beyond_training"),
