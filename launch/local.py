@@ -187,7 +187,7 @@ def run_sweep(config, workdir: str, *, config_arg: str, parallel: int = 1,
 def main(argv):
   del argv
   f = flags.FLAGS
-  config = sweep.with_sweep_flag(cli.config(f["config"]), f.sweep, f.trials)
+  config = sweep.with_sweep_flag(cli.config(f["config"]), f.sweep, f.trials, f.sweep_seed)
   result = run_sweep(config, cli.directory(f.workdir),
                      config_arg=config_flags.get_config_filename(f["config"]),
                      parallel=f.parallel, train_module=f.train_module,
@@ -209,6 +209,8 @@ if __name__ == "__main__":
   flags.DEFINE_string("sweep", "", "Grid axes 'key=v1,v2;key=v1,v2' (any config); with "
                       "--trials, random axes 'key=loguniform(a,b);key=choice(x,y)'.")
   flags.DEFINE_integer("trials", 0, "Random-search trials for --sweep (0: a grid).")
+  flags.DEFINE_integer("sweep_seed", None, "Seed of the random search's draws (default: the "
+                       "config's sweep.seed, else 0); another seed draws other trials.")
   flags.DEFINE_string("train_module", "transformer.train",
                       "Module run as `python -m MODULE` for each run.")
   flags.DEFINE_bool("dry_run", False, "Write sweep.json and print the commands only.")

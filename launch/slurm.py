@@ -89,7 +89,7 @@ def main(argv):
   f = flags.FLAGS
   config = cli.config(f["config"])
   workdir = os.path.abspath(f.workdir)
-  config = sweep.with_sweep_flag(config, f.sweep, f.trials)
+  config = sweep.with_sweep_flag(config, f.sweep, f.trials, f.sweep_seed)
   runs = sweep.plan(config, workdir, config_arg=config_flags.get_config_filename(f["config"]),
                     python=f.python, module=f.train_module,
                     extra_flags=sweep.passthrough_flags(f["config"]),
@@ -124,6 +124,8 @@ if __name__ == "__main__":
   flags.DEFINE_string("workdir", None, "Sweep directory on a shared filesystem.")
   flags.DEFINE_string("sweep", "", "Grid/random axes for any config (see launch.local).")
   flags.DEFINE_integer("trials", 0, "Random-search trials for --sweep (0: a grid).")
+  flags.DEFINE_integer("sweep_seed", None, "Seed of the random search's draws (default: the "
+                       "config's sweep.seed, else 0); another seed draws other trials.")
   flags.DEFINE_integer("nodes", 1, "Nodes per run (>1: a multi-host jax job).")
   flags.DEFINE_integer("gpus_per_node", 0, "GPUs per node (0: no --gpus-per-node line).")
   flags.DEFINE_integer("cpus_per_task", 0, "CPUs per node (0: SLURM's default).")

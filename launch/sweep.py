@@ -201,8 +201,12 @@ def format_value(value) -> str:
   return repr(value) if isinstance(value, float) else str(value)
 
 
-def with_sweep_flag(config, axes: str, trials: int):
-  """`config` with its sweep set from --sweep/--trials (added if the config has none)."""
+def with_sweep_flag(config, axes: str, trials: int, seed: int | None = None):
+  """`config` with its sweep set from --sweep/--trials/--sweep_seed (added if the config has
+  none: a config without a sweep block has no sweep.seed to override, so without --sweep_seed
+  every random search of it would draw the same trials)."""
+  if seed is not None and not trials:
+    raise ValueError("--sweep_seed seeds a random search: give --trials and --sweep too")
   if not axes:
     if trials:
       raise ValueError("--trials needs --sweep with the random-search axes")
@@ -212,6 +216,8 @@ def with_sweep_flag(config, axes: str, trials: int):
       config.sweep = default_config()
   config.sweep.update(kind="random" if trials else "grid", axes=axes,
                       trials=trials or config.sweep.trials)
+  if seed is not None:
+    config.sweep.seed = seed
   return config
 
 

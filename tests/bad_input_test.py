@@ -94,6 +94,8 @@ def _one_error_line(proc) -> str:
       "--sweep=opt.lr=loguniform(-1,1e-4)"], "loguniform needs 0 < low <= high"),
     (["launch.local", "--config", LM, "--workdir", "w", "--sweep=opt.lr=1e-3;opt.lr=2e-3"],
      "sweep key opt.lr is on two axes"),
+    (["launch.local", "--config", LM, "--workdir", "w", "--sweep=opt.lr=1e-3,2e-3",
+      "--sweep_seed=1"], "--sweep_seed seeds a random search: give --trials and --sweep too"),
     # A mistyped path to the language models would train them all there.
     (["experiments.probes.run", "--config", PROBES, "--workdir", "w",
       "--config.experiment.lm_workdir=nowhere"],
