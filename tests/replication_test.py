@@ -26,16 +26,26 @@ def test_replication_matches_scipys_intervals_and_flags_a_shift():
   p = replication.paired(a, b3)
   ref = sp_stats.ttest_rel(b3, a).confidence_interval(0.95)
   np.testing.assert_allclose(p["ci95"], [ref.low, ref.high], rtol=1e-10)
-  # The same models on both sides replicate exactly; a shift far beyond the spread does not.
+  ref90 = sp_stats.ttest_rel(b3, a).confidence_interval(0.90)
+  np.testing.assert_allclose(p["ci90"], [ref90.low, ref90.high], rtol=1e-10)
+  # The same models on both sides are equivalent; a shift far beyond the spread is different.
   same = _agreement_results({"alibi": a})
   rows = replication.compare(same, same)
-  assert len(rows) == 5 and all(r["replicates"] and r["diff"] == 0 for r in rows)
+  assert len(rows) == 5 and all(r["verdict"] == "equivalent" and r["diff"] == 0 for r in rows)
   shifted = _agreement_results({"alibi": [x - 0.3 for x in a]})
-  assert not any(r["replicates"] for r in replication.compare(same, shifted))
-  assert "0 of 5 cells replicate" in replication.table(replication.compare(same, shifted))
+  assert all(r["verdict"] == "different" for r in replication.compare(same, shifted))
+  assert "0 equivalent within ±0.05" in replication.table(replication.compare(same, shifted))
+  assert "5 different" in replication.table(replication.compare(same, shifted))
   # A small shift on every seed is found by the pairing though the seeds spread far more.
   nudged = _agreement_results({"alibi": [x + 0.01 + 0.001 * i for i, x in enumerate(a)]})
-  assert not any(r["replicates"] for r in replication.compare(same, nudged))
+  assert all(r["verdict"] == "different" for r in replication.compare(same, nudged))
+  # Noise as wide as the margin: no difference found, and no sameness shown either.
+  noisy = _agreement_results({"alibi": [a[0] + 0.04, a[1] - 0.05, a[2] + 0.02]})
+  assert all(r["verdict"] == "inconclusive" for r in replication.compare(same, noisy))
+  # With a margin wider than that noise's 90% interval, the same cells are equivalent.
+  assert all(r["verdict"] == "equivalent" for r in replication.compare(same, noisy, 0.2))
+  with pytest.raises(ValueError, match="--margin=0"):
+    replication.compare(same, same, 0)
   with pytest.raises(ValueError, match="needs the same seeds"):
     replication.compare(same, _agreement_results({"alibi": [0.9]}))
 
