@@ -71,8 +71,9 @@ def array_script(runs: list[dict], workdir: str, *, nodes: int = 1, gpus_per_nod
     # Not `| head -n 1`: with pipefail, scontrol's SIGPIPE would fail the task.
     lines += ['hosts=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
               'head=${hosts[0]}',
-              # One port per task, so two runs that share a head node cannot collide.
-              "port=$((20000 + SLURM_ARRAY_TASK_ID % 20000))",
+              # A port from the task's own job id (unique per array task, across sweeps too):
+              # the array index alone gave task 0 of two sweeps sharing a head node one port.
+              "port=$((20000 + SLURM_JOB_ID % 20000))",
               'cmd="$cmd --coordinator_address=$head:$port --num_processes=$SLURM_NNODES"',
               'cmd="$cmd --process_id=\\$SLURM_PROCID"']  # expanded by each srun task
   lines += ['echo "$(date): $name on $SLURM_JOB_NODELIST: $cmd"',

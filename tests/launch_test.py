@@ -398,7 +398,8 @@ def test_slurm_array_script_runs_each_task(tmp_path, fake_train):
   env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
              SLURM_NNODES="2", SLURM_JOB_NODELIST="node-[a-b]")
   for task in ("0", "1", "0"):  # the third is a resubmission of a finished task
-    proc = subprocess.run(["bash", str(script)], env=dict(env, SLURM_ARRAY_TASK_ID=task),
+    proc = subprocess.run(["bash", str(script)], env=dict(
+        env, SLURM_ARRAY_TASK_ID=task, SLURM_JOB_ID=str(54321 + int(task))),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "finished, skipping" in proc.stdout
@@ -406,7 +407,7 @@ def test_slurm_array_script_runs_each_task(tmp_path, fake_train):
   assert len(calls) == 4  # 2 runs x 2 processes, none for the skipped task
   first = [c["argv"] for c in calls if c["name"] == runs[0]["name"]]
   assert [a[-3:] for a in first] == [
-      ["--coordinator_address=node-a:20000", "--num_processes=2", f"--process_id={i}"]
+      ["--coordinator_address=node-a:34321", "--num_processes=2", f"--process_id={i}"]
       for i in (0, 1)]
   assert os.path.exists(os.path.join(workdir, "results.md"))
 
