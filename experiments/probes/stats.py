@@ -19,7 +19,7 @@ def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
 def newcombe(right_a: int, n_a: int, right_b: int, n_b: int) -> list[float]:
   """95% interval of p_a - p_b for independent binomials: Newcombe's hybrid score interval
   (1998, method 10), from each proportion's Wilson interval. Unlike p_a - p_b +- 1.96 SE it
-  keeps a width where a proportion is 0 or 1 (two all-wrong rows: about [-0.03, 0.02] at
+  keeps a width where a proportion is 0 or 1 (two all-wrong rows: [-0.037, +0.019] at
   n = 200 and 100, not [0, 0]), and it stays in [-1, 1]."""
   p_a, p_b = right_a / n_a, right_b / n_b
   (lo_a, hi_a), (lo_b, hi_b) = wilson(right_a, n_a), wilson(right_b, n_b)
