@@ -43,13 +43,12 @@ def u_test(counts: dict) -> dict:
   if positions[0] in middle or positions[-1] in middle:
     return {"u_shaped": None, "why": "too few positions for a middle"}
 
-  def pooled(ps):
-    right = sum(counts[p][0] for p in ps)
-    n = sum(counts[p][1] for p in ps)
-    return right / n, n
-
   def items(ps):
     return sum(counts[p][0] for p in ps), sum(counts[p][1] for p in ps)
+
+  def pooled(ps):
+    right, n = items(ps)
+    return right / n, n
 
   def diff(a, b):
     (pa, na), (pb, nb) = a, b
@@ -81,11 +80,15 @@ def mean_sd(xs) -> dict:
   return {"mean": mean, "sd": sd, "t95": [mean - half, mean + half] if k > 1 else None}
 
 
+def _right(cell: dict) -> int:
+  """Items right in a position's {accuracy, n}."""
+  return round(cell["accuracy"] * cell["n"])
+
+
 def row_u_test(row: dict) -> dict:
   """u_test of a retrieval row from its items ({position: {accuracy, n}}), so that a row read
   from a cached evaluation gets the current test rather than the one cached with it."""
-  return u_test({int(p): (round(c["accuracy"] * c["n"]), c["n"])
-                 for p, c in row["accuracy_by_position"].items()})
+  return u_test({int(p): (_right(c), c["n"]) for p, c in row["accuracy_by_position"].items()})
 
 
 def pool_retrieval(by_seed: dict) -> dict:
@@ -104,7 +107,7 @@ def pool_retrieval(by_seed: dict) -> dict:
     for row in rows:
       for p, c in row["accuracy_by_position"].items():
         right, total = counts.get(int(p), (0, 0))
-        counts[int(p)] = (right + round(c["accuracy"] * c["n"]), total + c["n"])
+        counts[int(p)] = (right + _right(c), total + c["n"])
         accs.setdefault(int(p), []).append(c["accuracy"])
     u_rows = [u for u in map(row_u_test, rows) if u.get("u_shaped") is not None]
     pooled[n] = {
