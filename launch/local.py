@@ -208,7 +208,8 @@ if __name__ == "__main__":
   flags.DEFINE_integer("parallel", 1, "Runs at a time.")
   flags.DEFINE_string("sweep", "", "Grid axes 'key=v1,v2;key=v1,v2' (any config); with "
                       "--trials, random axes 'key=loguniform(a,b);key=choice(x,y)'.")
-  flags.DEFINE_integer("trials", 0, "Random-search trials for --sweep (0: a grid).")
+  flags.DEFINE_integer("trials", None,
+                       "Random-search trials for --sweep (>= 1; without it, a grid).")
   flags.DEFINE_integer("sweep_seed", None, "Seed of the random search's draws (default: the "
                        "config's sweep.seed, else 0); another seed draws other trials.")
   flags.DEFINE_string("train_module", "transformer.train",

@@ -12,16 +12,29 @@ from experiments.scaling import shapes
 from launch.sweep_values import numbers, run_name, short
 
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _in_repo(path: str) -> str:
+  """A relative path missing here, under the repository if it is there: configs name their
+  committed results (configs/scaling.py) from the root, and a launcher may run elsewhere."""
+  if os.path.isabs(path) or os.path.exists(path):
+    return path
+  return os.path.join(_ROOT, path) if os.path.exists(os.path.join(_ROOT, path)) else path
+
+
 def _lr_law(text: str):
   """(coef, exponent, convention) from "COEF,EXPONENT" or a json written by
   experiments/scaling/lr_law.py; None for ""."""
   if not text:
     return None
   if text.endswith(".json"):
+    text = _in_repo(text)
     if not os.path.exists(text):
-      raise ValueError(f"sweep.lr_law: {text} does not exist; run the learning-rate sweep and "
-                       f"`python -m experiments.scaling.lr_law` first (experiments/scaling/"
-                       f"README.md), or give --config.sweep.lr_law=COEF,EXPONENT")
+      where = "" if os.path.isabs(text) else f" here or under {_ROOT}"
+      raise ValueError(f"sweep.lr_law: {text} does not exist{where}; run the learning-rate "
+                       f"sweep and `python -m experiments.scaling.lr_law` first (experiments/"
+                       f"scaling/README.md), or give --config.sweep.lr_law=COEF,EXPONENT")
     with open(text) as f:
       law = json.load(f)
     return float(law["coef"]), float(law["exponent"]), law.get("convention")
@@ -29,6 +42,13 @@ def _lr_law(text: str):
   if len(parts) != 2:
     raise ValueError(f"sweep.lr_law must be 'COEF,EXPONENT' or a .json path, got {text!r}")
   return float(parts[0]), float(parts[1]), None
+
+
+def config_capped(sweep) -> set[str]:
+  """The keys whose runs' values the design caps at the config's, so a launcher's --config
+  flag for them takes effect (launch/sweep.py refuses one for any other key a run sets)."""
+  keys = {"train.log_every", "train.eval_every", "train.checkpoint_every"}
+  return keys if sweep.get("warmup_tokens_per_param", 0) else keys | {"opt.warmup_steps"}
 
 
 def _predicted_optimum(budget: float, ratio: float) -> float:

@@ -28,6 +28,20 @@ from transformer import cli
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# The counts that may be 0, and what 0 means; --nodes must be at least 1.
+_ZERO = dict(gpus_per_node="no --gpus-per-node line", cpus_per_task="SLURM's default",
+             max_parallel="no limit")
+
+
+def check_counts(**counts: int) -> None:
+  """Refuse a negative count (or no nodes) before sweep.json is written: sbatch would take
+  --gpus-per-node=-1 into the script and fail only when it is submitted."""
+  for name, value in counts.items():
+    if value < (0 if name in _ZERO else 1):
+      least = f">= 0 (0: {_ZERO[name]})" if name in _ZERO else "at least 1"
+      raise ValueError(f"--{name} must be {least}, got {value}")
+
+
 def array_script(runs: list[dict], workdir: str, *, nodes: int = 1, gpus_per_node: int = 0,
                  cpus_per_task: int = 0, partition: str = "", account: str = "",
                  time: str = "04:00:00", max_parallel: int = 0, sbatch=(),
@@ -35,8 +49,8 @@ def array_script(runs: list[dict], workdir: str, *, nodes: int = 1, gpus_per_nod
   """The text of an sbatch array script running `runs` (sweep.plan output) in `workdir`."""
   if not runs:
     raise ValueError("the sweep has no runs")
-  if nodes < 1:
-    raise ValueError(f"--nodes must be at least 1, got {nodes}")
+  check_counts(nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task,
+               max_parallel=max_parallel)
   workdir = os.path.abspath(workdir)
   array = f"0-{len(runs) - 1}" + (f"%{max_parallel}" if max_parallel else "")
   lines = ["#!/bin/bash",
@@ -88,6 +102,8 @@ def array_script(runs: list[dict], workdir: str, *, nodes: int = 1, gpus_per_nod
 def main(argv):
   del argv
   f = flags.FLAGS
+  check_counts(nodes=f.nodes, gpus_per_node=f.gpus_per_node, cpus_per_task=f.cpus_per_task,
+               max_parallel=f.max_parallel)
   config = cli.config(f["config"])
   workdir = os.path.abspath(f.workdir)
   config = sweep.with_sweep_flag(config, f.sweep, f.trials, f.sweep_seed)
@@ -124,7 +140,8 @@ if __name__ == "__main__":
   config_flags.DEFINE_config_file("config", None, "Experiment config file[:args].")
   flags.DEFINE_string("workdir", None, "Sweep directory on a shared filesystem.")
   flags.DEFINE_string("sweep", "", "Grid/random axes for any config (see launch.local).")
-  flags.DEFINE_integer("trials", 0, "Random-search trials for --sweep (0: a grid).")
+  flags.DEFINE_integer("trials", None,
+                       "Random-search trials for --sweep (>= 1; without it, a grid).")
   flags.DEFINE_integer("sweep_seed", None, "Seed of the random search's draws (default: the "
                        "config's sweep.seed, else 0); another seed draws other trials.")
   flags.DEFINE_integer("nodes", 1, "Nodes per run (>1: a multi-host jax job).")

@@ -3,6 +3,7 @@
 A sweep is the `sweep` sub-dict of a config (`default_config()` below is its schema):
 
   kind="grid"     axes="opt.lr=1e-4,3e-4,1e-3;model.d_model=128,256"   every combination
+                  axes="mesh.shape=(-1,1,1),(2,1,1)"                    a tuple field's values
   kind="random"   axes="opt.lr=loguniform(1e-4,1e-2);model.d_model=choice(128,256)"
                   trials=16, seed=0                                     seeded draws
   kind="scaling"  sizes="1e5,3e5,1e6" (target non-embedding params) and either
@@ -97,8 +98,8 @@ def default_config() -> ml_collections.ConfigDict:
 # --- expansion ---------------------------------------------------------------------------------
 
 def _grid(config, sweep) -> list[dict]:
-  axes = [(k, [sweep_values.scalar(v) for v in values.split(",")])
-          for k, values in sweep_values.axes(sweep.axes)]
+  axes = [(k, [_grid_value(config, k, v) for v in sweep_values.split(values)])
+          for k, values in _axes(config, sweep)]
   runs = []
   for combo in itertools.product(*(values for _, values in axes)):
     overrides = dict(zip((k for k, _ in axes), combo))
@@ -107,16 +108,54 @@ def _grid(config, sweep) -> list[dict]:
 
 
 def _random(config, sweep) -> list[dict]:
-  axes = [(k, sweep_values.distribution(k, text)) for k, text in sweep_values.axes(sweep.axes)]
+  if sweep.trials < 1:  # no draws: a sweep.json of no runs, and nothing said
+    raise ValueError(f"a random search needs trials >= 1 (--trials=N or sweep.trials), "
+                     f"got {sweep.trials}")
+  axes = [(k, sweep_values.distribution(k, text)) for k, text in _axes(config, sweep)]
   rng = np.random.default_rng(sweep.seed)
   runs, seen = [], set()
   for _ in range(sweep.trials):
-    overrides = {k: draw(rng) for k, draw in axes}
+    overrides = {k: _tuple_value(config, k, draw(rng)) for k, draw in axes}
     name = run_name(overrides)
     if name not in seen:  # a repeated draw (e.g. of a small choice) would share a workdir
       seen.add(name)
       runs.append(dict(name=name, overrides=overrides))
   return runs
+
+
+def _axes(config, sweep) -> list[tuple[str, str]]:
+  """The grid/random axes, each key checked first (a value's type is the key's field's)."""
+  axes = sweep_values.axes(sweep.axes)
+  for key, _ in axes:
+    _check_key(config, key)
+  return axes
+
+
+def _grid_value(config, key: str, text: str):
+  """One grid value; a random-search distribution there is refused (it is no float)."""
+  if sweep_values.is_distribution(text):
+    raise ValueError(f"sweep axis {key}={text.strip()} is a random-search distribution: give "
+                     f"--trials=N (sweep.kind='random', sweep.trials=N) for N draws, or grid "
+                     f"values like {key}=1e-4,1e-3")
+  return _tuple_value(config, key, sweep_values.scalar(text))
+
+
+def _tuple_value(config, key: str, value):
+  """A value for a tuple field (mesh.shape) from its text "(a,b,c)", each element of the
+  type of the config's; other fields' values as they are."""
+  if config_path.get_type(key, config) is not tuple or isinstance(value, tuple):
+    return value
+  default, text = config_path.get_value(key, config), str(value).strip()
+  kinds = {type(v) for v in default}
+  kind = kinds.pop() if len(kinds) == 1 else None  # the elements' type, if they share one
+  items = [sweep_values.scalar(v) for v in sweep_values.split(text[1:-1]) if v.strip()]
+  if kind is float:
+    items = [float(v) if type(v) is int else v for v in items]
+  if text[:1] + text[-1:] != "()" or (kind and not all(type(v) is kind for v in items)):
+    raise ValueError(f"sweep value {text!r} for {key} is not a tuple like the config's "
+                     f"{format_value(default)}: write each in parentheses, e.g. "
+                     f"{key}={format_value(default)}")
+  return tuple(items)
 
 
 def pruned_budgets(config) -> list[float]:
@@ -201,12 +240,15 @@ def format_value(value) -> str:
   return repr(value) if isinstance(value, float) else str(value)
 
 
-def with_sweep_flag(config, axes: str, trials: int, seed: int | None = None):
+def with_sweep_flag(config, axes: str, trials: int | None, seed: int | None = None):
   """`config` with its sweep set from --sweep/--trials/--sweep_seed (added if the config has
   none: a config without a sweep block has no sweep.seed to override, so without --sweep_seed
   every random search of it would draw the same trials)."""
   if seed is not None and not trials:
     raise ValueError("--sweep_seed seeds a random search: give --trials and --sweep too")
+  if trials is not None and trials < 1:  # else a random search of no runs
+    raise ValueError(f"--trials must be at least 1 (the random search's draws), got {trials};"
+                     f" leave it out for a grid")
   if not axes:
     if trials:
       raise ValueError("--trials needs --sweep with the random-search axes")
@@ -232,6 +274,7 @@ def plan(config, workdir: str, *, config_arg: str, python: str = "python",
          module: str = "transformer.train", extra_flags=(), launcher=()) -> list[dict]:
   """expand(config) with each run's argv under `command`; writes DIR/sweep.json."""
   runs = expand(config)
+  check_passthrough(config, runs, extra_flags)
   if module == "transformer.train":
     check_run_configs(config, runs)
   for r in runs:
@@ -239,6 +282,19 @@ def plan(config, workdir: str, *, config_arg: str, python: str = "python",
                                  r["overrides"], extra_flags)
   write_sweep_json(workdir, config, runs, list(launcher))
   return runs
+
+
+def check_passthrough(config, runs: list[dict], extra_flags) -> None:
+  """Refuse a launcher's --config.KEY flag for a key the sweep sets in each run: the run's own
+  flag comes after it on the command line and wins, so it would be silently ignored."""
+  swept = {k for r in runs for k in r["overrides"]}
+  if config.sweep.kind == "scaling":
+    swept -= scaling_grid.config_capped(config.sweep)
+  for flag in extra_flags:
+    key = flag.removeprefix("--config.").partition("=")[0]
+    if key in swept:
+      raise ValueError(f"--config.{key} would be ignored: the sweep sets {key} in every run; "
+                       f"drop the flag, or take {key} off the sweep")
 
 
 def check_run_configs(config, runs: list[dict]) -> None:

@@ -21,6 +21,18 @@ def scalar(text: str):
   return {"true": True, "false": False}.get(text.lower(), text)
 
 
+def split(text: str) -> list[str]:
+  """`text` split at its commas outside parentheses, so a tuple value "(1,1,1)" or a
+  distribution "loguniform(1e-4,1e-2)" stays one value."""
+  parts, depth, start = [], 0, 0
+  for i, c in enumerate(text):
+    depth += {"(": 1, ")": -1}.get(c, 0)
+    if c == "," and depth == 0:
+      parts.append(text[start:i])
+      start = i + 1
+  return parts + [text[start:]]
+
+
 def numbers(text: str, what: str) -> list[float]:
   values = [scalar(v) for v in text.split(",") if v.strip()]
   if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
@@ -56,12 +68,19 @@ DISTRIBUTIONS = {
 }
 
 
+def is_distribution(text: str) -> bool:
+  """Whether a value is written NAME(args), a random-search distribution."""
+  match = re.fullmatch(r"(\w+)\((.*)\)", text.strip())
+  return bool(match) and match.group(1) in DISTRIBUTIONS
+
+
 def distribution(key: str, text: str):
+  text = text.strip()
   match = re.fullmatch(r"(\w+)\((.*)\)", text)
-  if not match or match.group(1) not in DISTRIBUTIONS:
+  if not is_distribution(text):
     raise ValueError(f"random axis {key}={text!r}: want NAME(args) with NAME one of "
                      f"{sorted(DISTRIBUTIONS)}")
-  name, args = match.group(1), [scalar(a) for a in match.group(2).split(",")]
+  name, args = match.group(1), [scalar(a) for a in split(match.group(2))]
   if name != "choice" and (len(args) != 2 or not all(isinstance(a, (int, float)) for a in args)):
     raise ValueError(f"random axis {key}={text!r}: {name} takes two numbers (low, high)")
   if name != "choice" and not args[0] <= args[1]:
@@ -79,6 +98,13 @@ def short(x: float) -> str:
   return f"{x:.3g}".replace("e+0", "e").replace("e+", "e")  # 1e+13 -> 1e13
 
 
+def _cell(value) -> str:
+  """A value in a run name; a tuple (mesh.shape) as 1x2x1."""
+  if isinstance(value, (tuple, list)):
+    return "x".join(_cell(v) for v in value)
+  return format_cell(value)
+
+
 def run_name(values: dict) -> str:
   """Deterministic directory name from the values that define a run: 'lr=0.001,d_model=256'.
 
@@ -87,7 +113,7 @@ def run_name(values: dict) -> str:
   """
   leaves = [k.rsplit(".", 1)[-1] for k in values]
   keys = [leaf if leaves.count(leaf) == 1 else k for k, leaf in zip(values, leaves)]
-  name = ",".join(f"{k}={format_cell(v)}" for k, v in zip(keys, values.values()))
+  name = ",".join(f"{k}={_cell(v)}" for k, v in zip(keys, values.values()))
   name = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)
   if len(name) > 120:
     name = name[:111] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]

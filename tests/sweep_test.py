@@ -1,4 +1,5 @@
-"""launch/sweep.py: --sweep/--trials/--sweep_seed on a config without a sweep block."""
+"""launch/sweep.py: --sweep/--trials/--sweep_seed (on a config without a sweep block), a
+launcher's --config flags against the swept keys, and tuple-valued axes."""
 
 import pytest
 
@@ -23,3 +24,52 @@ def test_sweep_seed_draws_other_trials_and_the_same_ones_again():
 def test_sweep_seed_without_a_random_search_is_refused():
   with pytest.raises(ValueError, match="--sweep_seed seeds a random search"):
     sweep.with_sweep_flag(lm.get_config("size=xs"), "opt.lr=1e-3,3e-3", trials=0, seed=3)
+
+
+def test_a_random_axis_without_trials_says_to_give_trials():
+  config = lm.get_config("size=xs")
+  with pytest.raises(ValueError, match=r"opt.lr=loguniform\(1e-4,1e-2\) is a random-search "
+                                       r"distribution: give --trials=N"):
+    sweep.expand(sweep.with_sweep_flag(config, "opt.lr=loguniform(1e-4,1e-2)", trials=None))
+
+
+@pytest.mark.parametrize("trials", [0, -2])
+def test_trials_below_one_are_refused(trials):
+  with pytest.raises(ValueError, match=f"--trials must be at least 1 .*got {trials}"):
+    sweep.with_sweep_flag(lm.get_config("size=xs"), AXES, trials=trials)
+  config = sweep.with_sweep_flag(lm.get_config("size=xs"), AXES, trials=4)
+  config.sweep.trials = trials  # a config's own random sweep
+  with pytest.raises(ValueError, match=f"needs trials >= 1 .*got {trials}"):
+    sweep.expand(config)
+
+
+def test_a_passed_through_flag_for_a_swept_key_is_refused_before_sweep_json(tmp_path):
+  config = sweep.with_sweep_flag(lm.get_config("size=xs"), "opt.lr=1e-3,3e-3", trials=None)
+  with pytest.raises(ValueError, match="--config.opt.lr would be ignored: the sweep sets"):
+    sweep.plan(config, str(tmp_path / "w"), config_arg="c.py", module="fake",
+               extra_flags=["--config.train.seed=1", "--config.opt.lr=0.01"])
+  assert not (tmp_path / "w").exists()
+  assert sweep.plan(config, str(tmp_path / "w"), config_arg="c.py", module="fake",
+                    extra_flags=["--config.train.seed=1"])  # another key passes through
+
+
+def test_a_tuple_field_is_swept_as_tuples():
+  config = sweep.with_sweep_flag(lm.get_config("size=xs"), "mesh.shape=(1,1,1),(-1,1,1)",
+                                 trials=None)
+  runs = sweep.expand(config)
+  assert [r["overrides"]["mesh.shape"] for r in runs] == [(1, 1, 1), (-1, 1, 1)]
+  assert [r["name"] for r in runs] == ["shape=1x1x1", "shape=-1x1x1"]
+  assert "--config.mesh.shape=(1,1,1)" in sweep.train_command(
+      "python", "m", "c.py", "d", runs[0]["overrides"])
+  sweep.check_run_configs(config, runs)  # the train command's checks take them
+  draws = sweep.with_sweep_flag(lm.get_config("size=xs"), "mesh.shape=choice((1,1,1),(2,1,1))",
+                                trials=4)
+  assert {r["overrides"]["mesh.shape"] for r in sweep.expand(draws)} <= {(1, 1, 1), (2, 1, 1)}
+
+
+@pytest.mark.parametrize("value", ["1,1,1", "(a,1,1)", "(1,1", "(1.5,1,1)"])
+def test_a_tuple_field_refuses_what_is_not_a_tuple_of_its_type(value):
+  config = sweep.with_sweep_flag(lm.get_config("size=xs"), f"mesh.shape={value}", trials=None)
+  with pytest.raises(ValueError, match=r"for mesh.shape is not a tuple like the config's "
+                                       r"\(-1,1,1\): write each in parentheses"):
+    sweep.expand(config)
