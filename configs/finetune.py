@@ -12,7 +12,6 @@ warmup); anything else from the command line, e.g. --config.data.name=text_folde
 --config.data.path=DIR.
 """
 
-import json
 import os
 
 from transformer import data, schema
@@ -27,8 +26,8 @@ def get_config(arg: str | None = None):
   if not workdir or not os.path.exists(path):
     raise ValueError(f"configs/finetune.py needs from=WORKDIR[:STEP], a run or converted "
                      f"directory holding config.json (got {source!r})")
-  with open(path) as f:
-    saved = json.load(f)
+  # One line for a Hugging Face directory (convert it first) or a damaged config.json.
+  saved = init_from.read_run_config(workdir, f"configs/finetune.py:from={source}")
   kind = saved["model"]["kind"]
   config = schema.experiment_config(
       schema.model_config(kind=kind), data.default_config(),

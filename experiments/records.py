@@ -15,7 +15,8 @@ cache, skip the training and go on. So the JSON files are the run, as far as the
 
 save copies every record of RUNS that DEST lacks or holds in another version; restore copies
 only what RUNS lacks (a run directory's own files are newer than any copy of them), so neither
-ever loses what the other holds.
+ever loses what the other holds. save refuses a DEST that holds runs with checkpoints: that is
+RUNS, the arguments swapped.
 
 A chain of runs, each started from the last one's parameters (train.init_from: the retrieval
 curriculum's warm-ups), outlives its machine only with a checkpoint: stash keeps, for each GLOB
@@ -98,12 +99,29 @@ def _same(a: str, b: str) -> bool:
     return fa.read() == fb.read()
 
 
+def _live_run(root: str) -> str | None:
+  """A run directory under root that has checkpoints (outside the stash), or None."""
+  for here, dirs, _ in os.walk(root):
+    if "checkpoints" in dirs:
+      return here
+    dirs[:] = sorted(d for d in dirs if not (here == root and d == IN_FLIGHT))
+  return None
+
+
 def copy(src: str, dest: str, overwrite: bool) -> list[str]:
   """Copy src's record files into dest (same relative paths); an existing file in dest is
-  replaced only when `overwrite`. Returns what was copied."""
+  replaced only when `overwrite`. Returns what was copied.
+
+  Overwriting into a dest that holds live runs (checkpoints) is refused: that is `save` with
+  its arguments swapped, which would put the committed copies over the runs' newer files."""
   if not os.path.isdir(src):
     raise ValueError(f"{src} is not a directory of runs; give the --workdir root the "
                      f"experiments ran in (it holds runs/<scheme>/seed<k>)")
+  live = _live_run(dest) if overwrite else None
+  if live is not None:
+    raise ValueError(f"{dest} holds runs with checkpoints ({live}), so it is RUNS, not DEST: "
+                     f"save RUNS DEST copies RUNS' records into DEST; did you mean `save {dest} "
+                     f"{src}`, or `restore {src} {dest}`? (nothing was copied)")
   copied = []
   for rel in _records(src):
     target = os.path.join(dest, rel)

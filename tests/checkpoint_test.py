@@ -99,3 +99,25 @@ def test_keep_zero_still_keeps_the_latest_save(tmp_path):
   manager.close()
 
 
+
+
+
+def test_a_finished_run_rerun_with_other_settings_names_them(tmp_path):
+  saved = tiny_run.tiny_config(str(tmp_path), **{"train.init_from": "runs/a"})
+  # Where it ran and how it was logged or checkpointed: the same finished run.
+  same = tiny_run.tiny_config(str(tmp_path), **{
+      "train.init_from": "./runs/a", "train.log_every": 7, "train.keep_checkpoints": 1,
+      "mesh.shape": (1, -1, 1), "model.attention": "chunked", "data.data_dir": "/elsewhere"})
+  checkpoint.check_finished_rerun(saved, same, "w")
+  other = tiny_run.tiny_config(str(tmp_path), **{"train.init_from": "runs/a", "opt.lr": 0.5,
+                                                  "train.eval_batches": 3})
+  with pytest.raises(ValueError, match=r"^w is a finished run of other settings \(opt.lr: 0.01 "
+                                       r"saved vs 0.5 now, train.eval_batches: 1 saved vs 3 "
+                                       r"now\); use a new --workdir to train with them, or raise "
+                                       r"train.steps past 3 to continue"):
+    checkpoint.check_finished_rerun(saved, other, "w")
+  # A checkpoint from before a key existed: the key is not compared (its default is the old
+  # behaviour).
+  older = ml_collections.ConfigDict(saved.to_dict())
+  del older.opt["lr"], older.train["eval_batches"]
+  checkpoint.check_finished_rerun(older, other, "w")

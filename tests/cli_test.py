@@ -51,3 +51,16 @@ def test_a_program_reports_a_typo_in_one_line():
   assert proc.stderr.strip().splitlines() == [
       "error: unknown config key 'num_layer'; Did you mean \"num_layers\" instead of "
       "\"num_layer\"?"]
+
+
+def test_a_directory_flag_expands_a_leading_tilde(monkeypatch, tmp_path):
+  """Bash leaves ~ unexpanded after `=`: `--workdir=~/x` would make a folder named ~ here."""
+  monkeypatch.setenv("HOME", str(tmp_path))
+  values = flags.FlagValues()
+  for name in ("workdir", "to_hf", "prompt"):
+    flags.DEFINE_string(name, None, "", flag_values=values)
+  values(["prog", "--workdir=~/runs/a", "--to_hf=~", "--prompt=~/not a path"])
+  cli.expand_home(values)
+  assert values.workdir == f"{tmp_path}/runs/a" and values.to_hf == str(tmp_path)
+  assert values.prompt == "~/not a path"
+  assert cli.directory("~/runs/b") == f"{tmp_path}/runs/b"

@@ -72,6 +72,18 @@ def test_finetune_config_takes_the_model_data_and_batch_but_not_the_mesh(tmp_pat
   assert got.train.init_from == f"{tmp_path}:400" and got.model.num_layers == 3
 
 
+def test_finetune_from_a_hugging_face_or_corrupt_directory_is_one_line(tmp_path):
+  from configs import finetune
+  (tmp_path / "config.json").write_text('{"model_type": "llama", "hidden_size": 64}')
+  with pytest.raises(ValueError, match=r"is a Hugging Face checkpoint \(model_type 'llama'\), "
+                                       r"not a run directory; convert it first: python -m "
+                                       rf"transformer.convert --from_hf {tmp_path} --to WORKDIR"):
+    finetune.get_config(f"from={tmp_path}")
+  (tmp_path / "config.json").write_text("{not json")
+  with pytest.raises(ValueError, match=rf"{tmp_path}/config.json is not valid JSON"):
+    finetune.get_config(f"from={tmp_path}")
+
+
 # Published architectures: the arch file against what the HF converter derives from the
 # published config (transformers' defaults are these checkpoints' configs).
 ARCH_VS_HF = {

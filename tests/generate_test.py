@@ -97,3 +97,12 @@ def test_a_step_that_was_not_saved_lists_the_saved_ones(lm_workdir):
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="no checkpoint under"):
     generate.continuation(str(tmp_path), "x")
+
+
+def test_a_missing_or_hugging_face_workdir_is_named(tmp_path):
+  with pytest.raises(FileNotFoundError, match=r"--workdir .*typo does not exist; give a run "):
+    generate.continuation(str(tmp_path / "typo"), "x")
+  (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+  with pytest.raises(ValueError, match=r"is a Hugging Face checkpoint .*convert it first: "
+                                       r"python -m transformer.convert --from_hf"):
+    generate.continuation(str(tmp_path), "x")

@@ -315,3 +315,42 @@ def test_init_from_restores_across_param_dtype_and_scan_layers(data_dir, tmp_pat
   loop.train_and_evaluate(config, str(tmp_path / "ft"))
   first = _rows(str(tmp_path / "ft"))[0]["loss"]
   assert abs(first - sum(last) / 5) < 0.3, (first, last)
+
+
+# ---------------------------------------------------------------------------------------------
+# train.init_from: what is refused before anything is written
+
+def test_init_from_may_not_be_the_workdir_or_nested_with_it(tmp_path):
+  from transformer.training import init_from
+  run, link = tmp_path / "run", tmp_path / "link"
+  run.mkdir()
+  link.symlink_to(run)
+  def check(source, workdir):
+    init_from.check_workdir(tiny_run.tiny_config(str(tmp_path), **{
+        "train.init_from": str(source)}), str(workdir))
+  for source in (run, f"{run}:5", link, f"{run}/"):  # resuming it would prune its checkpoints
+    with pytest.raises(ValueError, match=r"is this run's --workdir .*; pick a new --workdir"):
+      check(source, run)
+  with pytest.raises(ValueError, match=r"holds this run's --workdir .*run/ft; pick a new"):
+    check(run, run / "ft")
+  with pytest.raises(ValueError, match=r"lies inside this run's --workdir"):
+    check(run / "ft", run)
+  check(run, tmp_path / "run_warm")  # a sibling sharing a prefix (the probes' warm-ups)
+  check("", run)
+
+
+def test_a_hugging_face_or_corrupt_config_json_is_one_line(tmp_path):
+  from transformer.training import init_from
+  (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2}')
+  with pytest.raises(ValueError, match=r"^--workdir: .* is a Hugging Face checkpoint \(model_type "
+                                       r"'gpt2'\), not a run directory; convert it first: python "
+                                       r"-m transformer.convert --from_hf "):
+    init_from.read_run_config(str(tmp_path), "--workdir")
+  (tmp_path / "config.json").write_text('{"model": ')
+  with pytest.raises(ValueError, match=r"config.json is not valid JSON \(Expecting value: line 1"):
+    init_from.read_run_config(str(tmp_path), "--workdir")
+  (tmp_path / "config.json").write_text("[1]")
+  with pytest.raises(ValueError, match=r"has no 'model' block"):
+    init_from.read_run_config(str(tmp_path), "--workdir")
+  (tmp_path / "config.json").write_text('{"model": {"kind": "decoder"}}')
+  assert init_from.read_run_config(str(tmp_path), "x") == {"model": {"kind": "decoder"}}

@@ -221,3 +221,14 @@ def test_the_cache_figures_hold_the_source_and_respect_a_window():
   kv = model_stats.report(gpt2)["kv_cache"]
   assert kv["tokens_where_cache_outweighs_weights"] == -(-kv["param_bytes"] //
                                                          kv["bytes_per_token"])
+
+
+def test_cli_points_a_hugging_face_directory_to_the_converter(tmp_path):
+  (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2}')
+  out = subprocess.run([sys.executable, "-m", "transformer.inspect", "--workdir", str(tmp_path)],
+                       capture_output=True, text=True, cwd=ROOT)
+  assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+  want = (f"error: --workdir: {tmp_path} is a Hugging Face checkpoint (model_type 'gpt2'), "
+          f"not a run directory; convert it first: python -m transformer.convert --from_hf "
+          f"{tmp_path} --to ")
+  assert out.stderr.startswith(want), out.stderr

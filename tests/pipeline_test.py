@@ -2,6 +2,7 @@
 (transformer/data/pipeline.py)."""
 
 import json
+import re
 
 import pytest
 
@@ -82,3 +83,19 @@ def test_grain_orbax_handler_round_trip(data_dir, tmp_path):
     manager.restore(1, args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(resumed)))
   got = next(resumed)
   assert all((got[k] == want[k]).all() for k in want)
+
+
+@pytest.mark.parametrize("name,objective,valid", [
+    ("grammar_corpus", "mlm", "['train', 'validation', 'test']"),
+    ("algorithmic", "seq2seq", "['train', 'validation', 'test', 'test_long']"),
+    ("kv_retrieval", "seq2seq", "['train', 'validation', 'test']"),
+])
+def test_a_split_the_dataset_lacks_is_refused_naming_the_key(tmp_path, name, objective, valid):
+  # Checked from the builder's split names alone: nothing is generated, nothing compiles.
+  config = tiny_data(tmp_path, name=name, seq_len=1024)
+  splits = {"train.train_split": "train", "train.eval_split": "valid"}
+  want = f"train.eval_split='valid': dataset '{name}' has no split 'valid'; its splits are {valid}"
+  with pytest.raises(ValueError, match=f"^{re.escape(want)}$"):
+    data.validate(config, objective, splits=splits)
+  data.validate(config, objective, splits={"train.eval_split": "validation[:50%]+test"})
+  assert list(tmp_path.iterdir()) == []

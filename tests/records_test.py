@@ -192,3 +192,23 @@ def test_a_run_cut_on_one_machine_resumes_on_another_from_its_stash(data_dir, tm
   assert "resumed from step 4" in out, out
   rows = [json.loads(line) for line in (run_b / "metrics.jsonl").read_text().splitlines()]
   assert [r["step"] for r in rows if "loss" in r] == list(range(1, 9))
+
+
+def test_save_with_its_arguments_swapped_is_refused_and_copies_nothing(tmp_path):
+  """`save DEST RUNS` (restore's order) would put the committed copies over the runs' newer
+  files: a DEST holding runs with checkpoints is refused, naming the swap."""
+  runs, saved = tmp_path / "runs", tmp_path / "saved"
+  run = runs / "runs" / "rope" / "seed0"
+  _checkpoint(run, 4)
+  (run / "summary.json").write_text('{"step": 4}')
+  records.copy(str(runs), str(saved), overwrite=True)
+  (run / "summary.json").write_text('{"step": 8}')  # the run went on
+  with pytest.raises(ValueError, match=rf"{runs} holds runs with checkpoints \({run}\), so it is "
+                                       rf"RUNS, not DEST: .*did you mean `save {runs} {saved}`"):
+    records.copy(str(saved), str(runs), overwrite=True)
+  assert json.loads((run / "summary.json").read_text()) == {"step": 8}
+  proc = subprocess.run([sys.executable, "-m", "experiments.records", "save", str(saved),
+                         str(runs)], cwd=ROOT, capture_output=True, text=True)
+  assert proc.returncode == 1 and proc.stderr.startswith(f"error: {runs} holds runs"), proc.stderr
+  assert json.loads((run / "summary.json").read_text()) == {"step": 8}
+  assert records.copy(str(saved), str(runs), overwrite=False) == []  # restore still goes

@@ -248,3 +248,12 @@ def test_tensor_mesh_splits_activations_and_fsdp_splits_the_state():
   assert has(tensor, *heads(1)) and not has(tensor, *heads(8))
   assert has(tensor, "2048,128") and not has(tensor, "2048,1024")
   assert has(tensor, "8,32,256")
+
+
+@pytest.mark.parametrize("shape", [(0, 1, 1), (1, -2, 1), (-1, 1, 0)])
+def test_a_zero_or_negative_mesh_entry_is_refused_before_any_batch_check(shape):
+  with pytest.raises(ValueError, match=r"sizes must be positive, with at most one -1"):
+    sharding.make_mesh(shape, batch_size=8)  # was: ZeroDivisionError in check_batch_size
+  config = tiny_run.tiny_config("unused", **{"mesh.shape": shape})
+  with pytest.raises(ValueError, match=r"sizes must be positive"):
+    loop.check_config(config)

@@ -195,6 +195,24 @@ def test_incompatible_checkpoint_is_refused_and_nothing_is_overwritten(tmp_path,
   assert checkpoint.make_manager(str(tmp_path)).all_steps() == [1]
 
 
+def test_a_finished_run_is_not_its_own_source_nor_rerun_with_other_settings(tmp_path, data_dir):
+  loop.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 1}), str(tmp_path))
+  before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+  # Fine-tuning into the source's own workdir would resume it and prune its checkpoints.
+  into_itself = tiny_run.tiny_config(data_dir, **{"train.steps": 4,
+                                                  "train.init_from": str(tmp_path)})
+  with pytest.raises(ValueError, match=r"is this run's --workdir .*; pick a new --workdir"):
+    loop.train_and_evaluate(into_itself, str(tmp_path))
+  # "Nothing to do" would silently drop the new learning rate.
+  other_lr = tiny_run.tiny_config(data_dir, **{"train.steps": 1, "opt.lr": 0.5})
+  with pytest.raises(ValueError, match=r"is a finished run of other settings \(opt.lr: 0.01 "
+                                       r"saved vs 0.5 now\); use a new --workdir"):
+    loop.train_and_evaluate(other_lr, str(tmp_path))
+  relogged = tiny_run.tiny_config(data_dir, **{"train.steps": 1, "train.log_every": 5})
+  assert loop.train_and_evaluate(relogged, str(tmp_path))["step"] == 1  # nothing to do
+  assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
 def test_a_checkpoint_that_does_not_restore_names_the_settings_and_writes_nothing(
     tmp_path, data_dir):
   loop.train_and_evaluate(tiny_run.tiny_config(data_dir, **{"train.steps": 1}), str(tmp_path))
@@ -245,6 +263,10 @@ def test_other_families_train(tmp_path, data_dir, family):
     ({"model.position.name": "learned", "data.seq_len": 100},
      "data.seq_len=100 exceeds what model.position.name='learned' allows"),
     ({"opt.name": "adam"}, "unknown opt.name 'adam'; valid: "),
+    # Before the first evaluation, which would have come after the compile and some training.
+    ({"train.eval_split": "valid"}, "train.eval_split='valid': dataset 'grammar_corpus' has no "
+                                    "split 'valid'; its splits are"),
+    ({"mesh.shape": (0, 1, 1)}, r"mesh.shape \(0, 1, 1\): sizes must be positive"),
 ])
 def test_bad_input_is_one_clear_error_before_compute(tmp_path, data_dir, overrides, message):
   with pytest.raises(ValueError, match=message):

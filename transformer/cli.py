@@ -80,9 +80,24 @@ def define_train_flags() -> None:
       "are unaffected.")
 
 
+# The programs' directory flags. Bash expands ~ only at the start of a word, so
+# `--workdir=~/x` arrives as "~/x" (and would make a folder named ~ in the cwd): expanded when
+# the flags are parsed.
+DIRECTORY_FLAGS = ("workdir", "to", "to_hf", "from", "from_hf")
+
+
+def expand_home(values=FLAGS) -> None:
+  """Expand a leading ~ in the directory flags of `values` that are set."""
+  for name in DIRECTORY_FLAGS:
+    if name in values and isinstance(values[name].value, str) and (
+        values[name].value.startswith("~")):
+      values[name].value = os.path.expanduser(values[name].value)
+
+
 def directory(path: str, flag: str = "--workdir") -> str:
-  """A directory flag's value; a file there is refused in one line (before makedirs says
-  '[Errno 17] File exists')."""
+  """A directory flag's value, ~ expanded; a file there is refused in one line (before
+  makedirs says '[Errno 17] File exists')."""
+  path = os.path.expanduser(path)
   if os.path.exists(path) and not os.path.isdir(path):
     raise ValueError(f"{flag} {path} is a file; give a directory")
   return path
@@ -109,9 +124,11 @@ def one_line(e: BaseException) -> str:
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parser, with its errors and ml_collections' as one line ("error: ...")."""
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
   except Exception as e:  # pylint: disable=broad-except
     raise SystemExit(f"error: {one_line(e)}") from None
+  expand_home()
+  return rest
 
 
 def config(flag):

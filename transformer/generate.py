@@ -12,6 +12,7 @@ Prints the continuation only (stdout), so it can be piped; timing goes to the lo
 --cache_dtype bfloat16 stores the KV cache in half the memory (model.cache_dtype).
 """
 
+import os
 import time
 
 from absl import flags, logging
@@ -19,7 +20,7 @@ from absl import flags, logging
 from transformer import cli
 from transformer.inference import beam_search, decode
 from transformer.model import models
-from transformer.training import checkpoint
+from transformer.training import checkpoint, init_from
 
 
 def continuation(workdir: str, prompt: str, *, max_new_tokens: int = 64,
@@ -40,6 +41,7 @@ def continuation(workdir: str, prompt: str, *, max_new_tokens: int = 64,
     raise ValueError(f"--length_penalty must be >= 0 (0 = none), got {length_penalty}.")
   if cache_dtype and cache_dtype not in models.DTYPES:
     raise ValueError(f"--cache_dtype {cache_dtype!r}: use one of {list(models.DTYPES)}.")
+  check_workdir(workdir)
   _, model_config, params, tokenizer = checkpoint.load_for_inference(workdir, step)
   if cache_dtype:  # a compute key: any checkpoint decodes with any cache dtype
     model_config.cache_dtype = cache_dtype
@@ -67,6 +69,19 @@ def continuation(workdir: str, prompt: str, *, max_new_tokens: int = 64,
   logging.info("%d tokens in %.2fs (compilation included)", len(new),
                time.perf_counter() - start)
   return tokenizer.decode(new)
+
+
+def check_workdir(workdir: str) -> None:
+  """A --workdir that is missing, a file, or a Hugging Face directory, in one line (the
+  checkpoint reader would say only that it found no checkpoint under it)."""
+  if not os.path.exists(workdir):
+    raise FileNotFoundError(f"--workdir {workdir} does not exist; give a run directory the "
+                            f"train or convert command wrote")
+  if not os.path.isdir(workdir):
+    raise NotADirectoryError(f"--workdir {workdir} is a file; give a run directory")
+  if (not os.path.isdir(os.path.join(workdir, "checkpoints"))
+      and os.path.isfile(os.path.join(workdir, "config.json"))):
+    init_from.read_run_config(workdir, "--workdir")  # a Hugging Face directory: convert it
 
 
 def define_flags() -> None:

@@ -16,6 +16,7 @@ from ml_collections import config_flags
 
 from transformer import cli
 from transformer.analysis.model_stats import DTYPE_BYTES, print_report, report
+from transformer.training import init_from
 
 config_flags.DEFINE_config_file("config", None, "Config file with a `model` entry.")
 flags.DEFINE_string("workdir", None, "Instead of --config: a run directory, as the train or "
@@ -35,8 +36,8 @@ def workdir_config(workdir: str) -> ml_collections.ConfigDict:
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path} not found; --workdir takes a directory the train or "
                             f"convert command wrote")
-  with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
+  # A Hugging Face directory's config.json has no model block: one line saying to convert it.
+  return ml_collections.ConfigDict(init_from.read_run_config(workdir, "--workdir"))
 
 
 def main(argv):

@@ -331,6 +331,9 @@ class PythonStdlib(tfds.core.GeneratorBasedBuilder):
 
 BUILDERS = {"grammar_corpus": GrammarCorpus, "algorithmic": Algorithmic,
             "kv_retrieval": KvRetrieval, "python_stdlib": PythonStdlib, "text_folder": TextFolder}
+# The splits each built-in dataset writes (_split_generators): what train.*_split may name.
+SPLITS = {name: ("train", "validation", "test") for name in BUILDERS} | {
+    "algorithmic": ("train", "validation", "test", "test_long")}
 FIELDS = {"grammar_corpus": ("text",), "algorithmic": ("inputs", "targets"),
           "kv_retrieval": ("inputs", "targets"), "python_stdlib": ("text",),
           "text_folder": ("text",)}

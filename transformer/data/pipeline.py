@@ -73,12 +73,14 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def validate(data_config, objective: str | None = None,
-             model_vocab_size: int | None = None, splits: tuple[str, ...] = ()) -> None:
+             model_vocab_size: int | None = None,
+             splits: tuple[str, ...] | dict[str, str] = ()) -> None:
   """Fails fast, naming the valid choices, before anything is built or trained.
 
   With `model_vocab_size` (model.vocab_size) it also checks the tokenizer fits the model,
   which for sentencepiece would otherwise show only after training the tokenizer; with
-  `splits`, that a built-in seq2seq dataset's examples in them fit data.seq_len in bytes
+  `splits` (names, or {config key: name} to name the key in errors), that the dataset has
+  them and that a built-in seq2seq dataset's examples in them fit data.seq_len in bytes
   (otherwise the first batch of that split fails, perhaps only at the first eval)."""
   if data_config.tokenizer not in tokenizers.TOKENIZERS:
     raise ValueError(f"unknown tokenizer {data_config.tokenizer!r}; "
@@ -104,6 +106,10 @@ def validate(data_config, objective: str | None = None,
       raise ValueError(f"objective {objective!r} needs an inputs/targets dataset {seq2seq}, "
                        f"got {data_config.name!r}")
   sources.check(data_config)
+  named = list(splits.items()) if isinstance(splits, dict) else [("split", s) for s in splits]
+  for key, split in named:
+    sources.check_split(data_config, split, key)
+  splits = tuple(split for _, split in named)
   _check_whole_documents(data_config, objective)
   if objective is not None and featurize.get_objective(objective).needs_seq2seq and (
       data_config.tokenizer == "bytes"):

@@ -161,6 +161,22 @@ def check(data_config) -> None:
     _catalog_builder(data_config, data_dir(data_config))
 
 
+def check_split(data_config, split: str, key: str = "split") -> None:
+  """Refuse a split the dataset lacks in one line naming `key` (the config key that gave it)
+  and its splits, before anything is built: TFDS says so only when the split is first read,
+  perhaps at the first evaluation after a compile and a stretch of training. Each part of a
+  TFDS split expression ("train[:90%]+validation") is checked."""
+  if data_config.name in builders.BUILDERS:
+    valid = builders.SPLITS[data_config.name]
+  else:
+    valid = tuple(_catalog_builder(data_config, data_dir(data_config)).info.splits)
+  for part in split.split("+"):
+    name = part.split("[", 1)[0].strip()
+    if name not in valid:
+      raise ValueError(f"{key}={split!r}: dataset {data_config.name!r} has no split {name!r}; "
+                       f"its splits are {list(valid)}")
+
+
 def describe(data_config) -> str:
   """The dataset's description (python_stdlib: Python version and content hash;
   grammar_corpus with the bytes tokenizer: also its loss floor on the validation split,

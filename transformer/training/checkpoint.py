@@ -227,6 +227,32 @@ def check_compatible(saved_config, config, directory: str) -> None:
                      f"experiment: use a new --workdir or the saved settings")
 
 
+# Keys of a finished run's config that say where it ran or how it was logged, checkpointed or
+# laid out, not what it learned: a re-run that changes only these is the same finished run.
+# (train.steps differs only where a run stopped early was finished at its checkpoint's step.)
+BOOKKEEPING_KEYS = (("train.steps", "train.log_every", "train.eval_every",
+                     "train.checkpoint_every", "train.keep_checkpoints", "train.keep_best",
+                     "train.async_checkpoint", "train.peak_flops", "train.profile_steps",
+                     "log.wandb_project", "mesh.shape")
+                    + schema.RELOCATABLE_DATA_KEYS
+                    + tuple(f"model.{k}" for k in schema.COMPUTE_KEYS))
+
+
+def check_finished_rerun(saved_config, config, directory: str) -> None:
+  """Refuse to report a finished run as done for a config that would train another one (a
+  changed opt.lr, say), naming the keys: "nothing to do" would silently drop the change.
+  Keys the saved config lacks were added since (their defaults keep the old behaviour)."""
+  saved_keys = set(schema.flatten(saved_config.to_dict()))
+  changed = [(k, a, b) for k, a, b in differences(
+      saved_config, config, lambda k: k in saved_keys and k not in BOOKKEEPING_KEYS)
+             if not (k == "train.init_from" and a and b and os.path.normpath(a) ==
+                     os.path.normpath(b))]
+  if changed:
+    raise ValueError(f"{directory} is a finished run of other settings ({describe(changed)}); "
+                     f"use a new --workdir to train with them, or raise train.steps past "
+                     f"{config.train.steps} to continue this run with them")
+
+
 def restore(manager, step: int, abstract_state: dict) -> tuple[dict, dict]:
   """Restore (state, data_state) at `step` into the shardings of `abstract_state`."""
   rest = {k: v for k, v in abstract_state.items() if k != "params"}

@@ -8,7 +8,7 @@ import math
 
 from transformer import data
 from transformer.model import models, positions
-from transformer.training import losses, optim, profiling, wandb_log
+from transformer.training import losses, optim, profiling, sharding, wandb_log
 
 
 def check_config(config) -> None:
@@ -27,6 +27,7 @@ def check_config(config) -> None:
   if t.data_shards < 0:
     raise ValueError(f"train.data_shards must be >= 0 (0: one shard per process), "
                      f"got {t.data_shards}")
+  sharding.check_shape(config.mesh.shape)
   # What the mesh's fixed data and fsdp entries already ask of the batch (a -1 entry is the
   # devices' share, checked once the mesh is built): a sweep's runs are checked before any
   # trains, so a batch the trainer would refuse is refused here.
@@ -48,6 +49,7 @@ def check_config(config) -> None:
                      f"model.position.name={config.model.position.name!r} allows "
                      f"({limit}, model.max_len); raise model.max_len or use a relative scheme")
   data.validate(config.data, config.objective.name, model_vocab_size=config.model.vocab_size,
-                splits=(config.train.train_split, config.train.eval_split))
+                splits={"train.train_split": config.train.train_split,
+                        "train.eval_split": config.train.eval_split})
   profiling.parse_steps(config.train.profile_steps, t.steps)
   wandb_log.check_config(config.log.wandb_project)

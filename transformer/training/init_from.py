@@ -14,6 +14,7 @@ resuming resumes it and init_from is not read again.
 """
 
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -44,6 +45,52 @@ def parse(spec: str) -> tuple[str, int | None]:
   return (match.group(1), int(match.group(2))) if match else (spec, None)
 
 
+def check_workdir(config, workdir: str) -> None:
+  """Refuse a train.init_from that is this run's own --workdir, before anything is written:
+  the run would resume the source instead, pruning its checkpoints and replacing its
+  summary.json. A source nested with the workdir (either way) is refused too: the run would
+  write among the source's files (a step-named folder under its checkpoints/ reads as one of
+  its steps), or the source among the run's, which its cleanup and records walk as its own."""
+  if not config.train.init_from:
+    return
+  source = os.path.realpath(parse(config.train.init_from)[0])
+  target = os.path.realpath(workdir)
+  common = os.path.commonpath([source, target])
+  if source == target:
+    raise ValueError(f"train.init_from={config.train.init_from} is this run's --workdir "
+                     f"{workdir}: training there would resume it and replace its checkpoints, "
+                     f"not fine-tune it; pick a new --workdir (nothing was written)")
+  if common in (source, target):  # nested: the run's files would mix with the source's
+    where = "lies inside" if common == target else "holds"
+    raise ValueError(f"train.init_from={config.train.init_from} {where} this run's --workdir "
+                     f"{workdir}; pick a new --workdir beside it, not nested with it (nothing "
+                     f"was written)")
+
+
+def read_run_config(workdir: str, what: str) -> dict:
+  """WORKDIR/config.json, as the train or convert command wrote it; one line for a Hugging
+  Face checkpoint's config.json (which the convert command reads, not this), a corrupt file
+  or another JSON. `what` names the flag or argument that gave `workdir`."""
+  path = os.path.join(workdir, "config.json")
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+  except json.JSONDecodeError as e:  # its own error type cannot be re-raised with a message
+    raise ValueError(f"{what}: {path} is not valid JSON ({e.msg}: line {e.lineno} column "
+                     f"{e.colno}); restore it from the run's records or a copy") from None
+  except UnicodeDecodeError:
+    raise ValueError(f"{what}: {path} is not UTF-8 text; restore it from the run's records "
+                     f"or a copy") from None
+  if isinstance(saved, dict) and isinstance(saved.get("model"), dict):
+    return saved
+  if isinstance(saved, dict) and "model_type" in saved:
+    raise ValueError(f"{what}: {workdir} is a Hugging Face checkpoint (model_type "
+                     f"{saved['model_type']!r}), not a run directory; convert it first: python "
+                     f"-m transformer.convert --from_hf {workdir} --to WORKDIR, then use WORKDIR")
+  raise ValueError(f"{what}: {path} has no 'model' block, so it is not a run's config; give a "
+                   f"directory the train or convert command wrote")
+
+
 def open_source(config) -> Source:
   """The source named by config.train.init_from, checked against `config`: one-line errors
   for a path without checkpoints, a missing or damaged step, or a different model."""
@@ -52,6 +99,8 @@ def open_source(config) -> Source:
   directory = os.path.join(os.path.abspath(workdir), "checkpoints")
   hint = "give a run directory written by transformer.train or transformer.convert --from_hf"
   if not os.path.isdir(directory):
+    if os.path.isfile(os.path.join(workdir, "config.json")):
+      read_run_config(workdir, f"train.init_from={spec}")  # a HF checkpoint: say to convert
     raise FileNotFoundError(f"train.init_from={spec}: {directory} not found; {hint}")
   manager = checkpoint.read_only_manager(workdir)
   try:

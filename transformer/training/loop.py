@@ -239,6 +239,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
   wall_start = time.time()
   # Checks that need no compute come first, so a typo costs seconds, not a compile.
   check_config(config)
+  init_from.check_workdir(config, workdir)
   mesh = sharding.make_mesh(config.mesh.shape, config.train.batch_size,
                             config.opt.grad_accum_steps)
   sharding.check_batch_size(config.train.batch_size, mesh, config.opt.grad_accum_steps)
@@ -246,6 +247,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
   finished = _finished_summary(config, workdir, latest)
   if finished is not None:
     manager.close()
+    checkpoint.check_finished_rerun(saved_config, config, workdir)
     if jax.process_index() == 0:
       print(f"{workdir} is finished: {config.train.steps} steps, eval loss "
             f"{finished.get('final_eval_loss')} (summary.json); nothing to do", flush=True)

@@ -64,13 +64,21 @@ def initialize_distributed(coordinator_address: str = "", num_processes: int = 0
                jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
-def mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
-  """Resolve one -1 in `shape` and check that the product is the device count."""
+def check_shape(shape: Sequence[int]) -> tuple[int, ...]:
+  """mesh.shape as ints, refused in one line unless it is one positive size per axis with
+  at most one -1 (a 0 would otherwise divide by zero in the batch checks)."""
   shape = tuple(int(s) for s in shape)
   if len(shape) != len(MESH_AXES):
     raise ValueError(f"mesh.shape needs {len(MESH_AXES)} entries {MESH_AXES}, got {shape}")
   if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
-    raise ValueError(f"mesh.shape {shape}: sizes must be positive, with at most one -1")
+    raise ValueError(f"mesh.shape {shape}: sizes must be positive, with at most one -1 (the "
+                     f"devices' share)")
+  return shape
+
+
+def mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
+  """Resolve one -1 in `shape` and check that the product is the device count."""
+  shape = check_shape(shape)
   known = int(np.prod([s for s in shape if s != -1]))
   if -1 in shape:
     if num_devices % known:
@@ -105,6 +113,7 @@ def make_mesh(shape: Sequence[int], batch_size: int = 0,
               grad_accum_steps: int = 1) -> jax.sharding.Mesh:
   """The mesh for `shape` over all devices; `batch_size` (if given) names the real problem
   when it is the batch that keeps `--cpu_devices=0` from splitting the host as asked."""
+  check_shape(shape)  # not caught below: the batch check there divides by its entries
   try:
     shape = mesh_shape(shape, jax.device_count())
   except ValueError as e:
