@@ -396,6 +396,8 @@ def test_eval_noise_of_a_grid(tmp_path):
   assert np.isclose(n["swing_max"], 0.5) and np.isclose(n["swing_median"], 0.1)
   with pytest.raises(ValueError, match="no finished run"):
     eval_noise.grid_noise(str(tmp_path / "N=3,C=1"))
+  with pytest.raises(SystemExit, match="python -m experiments.scaling.eval_noise"):
+    eval_noise.main(["--help"])  # the usage, not "--help: no finished run"
 
 
 def test_an_ablation_with_no_isoflop_minimum_still_draws_its_figure(tmp_path):

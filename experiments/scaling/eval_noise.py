@@ -41,7 +41,7 @@ def grid_noise(grid: str) -> dict:
 
 
 def main(grids) -> None:
-  if not grids:
+  if not grids or {"-h", "--help"} & set(grids):
     raise SystemExit(__doc__)
   try:  # every grid read before the table starts, so a bad one is one line and no table
     noise = {grid: grid_noise(grid) for grid in grids}
