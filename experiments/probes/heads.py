@@ -15,6 +15,7 @@ same-number nouns), so a head that only looks at the last word does not pass as 
 finds the subject.
 """
 
+import dataclasses
 import functools
 import os
 
@@ -39,11 +40,16 @@ def word_spans(tokenizer, text: str):
   return spans
 
 
+def _captured(model, params, tokens_BL):
+  """Per layer, in order: the attention weights [B, N, L, L]."""
+  captured = attention_maps.capture(model, {"params": params}, tokens_BL)
+  layers = sorted(captured, key=lambda k: int(k.split("layers_")[1].split("/")[0]))
+  return [captured[k] for k in layers]
+
+
 def _weights(model, params, tokenizer, text: str):
   tokens = np.asarray([[tokenizer.bos_id] + tokenizer.encode(text)], np.int32)
-  captured = attention_maps.capture(model, {"params": params}, tokens)
-  layers = sorted(captured, key=lambda k: int(k.split("layers_")[1].split("/")[0]))
-  return [captured[k][0] for k in layers]  # per layer: [N, L, L]
+  return [w[0] for w in _captured(model, params, tokens)]  # per layer: [N, L, L]
 
 
 def word_matrix(weights_NLL, spans):
@@ -79,6 +85,56 @@ def noun_roles(item) -> list[tuple[int, str, str]]:
   return out
 
 
+@dataclasses.dataclass
+class VerbRow:
+  """One agreement item fed with its agreeing verb: every layer's weights [layers, N, L, L],
+  the word spans, the nouns' roles (noun_roles) and the token holding the verb's first
+  character (after the space before it), which is the census's query."""
+  item: object
+  weights: np.ndarray
+  spans: list
+  roles: list
+  verb_first: int
+
+  def mass(self, word: int) -> np.ndarray:
+    """[layers, N]: the query's weight on the keys of word `word` (the verb's own word's keys
+    are never asked for)."""
+    _, a, b = self.spans[word]
+    return self.weights[:, :, self.verb_first, a:b].sum(-1)
+
+
+def verb_rows(model, params, tokenizer, num_items: int, seed: int, attractors=(1, 2, 3),
+              max_len: int | None = None, batch: int = 1):
+  """A VerbRow per agreement item (num_items per attractor count, in order), or None for an
+  item longer than max_len (a learned position table cannot place it).
+
+  batch > 1 feeds the items that many at a time, right-padded to the longest item, so one
+  program is compiled instead of one per length. Attention is causal, so the padding after a
+  position leaves its weights unchanged up to rounding (the products have other shapes)."""
+  items = [item for k in attractors for item in data.agreement_probes(num_items, k, seed=seed)]
+  texts = [f"{item.prefix} {item.correct}" for item in items]
+  tokens = [[tokenizer.bos_id] + tokenizer.encode(text) for text in texts]
+  fits = [max_len is None or len(t) <= max_len for t in tokens]
+  width = max((len(t) for t, ok in zip(tokens, fits) if ok), default=0)
+  for start in range(0, len(items), batch):
+    chunk = range(start, min(start + batch, len(items)))
+    if batch > 1 and any(fits[i] for i in chunk):
+      padded = np.zeros((batch, width), np.int32)
+      for row, i in enumerate(chunk):
+        if fits[i]:
+          padded[row, :len(tokens[i])] = tokens[i]
+      W_LBNLL = np.stack(_captured(model, params, padded))
+    for row, i in enumerate(chunk):
+      if not fits[i]:
+        yield None
+        continue
+      n = len(tokens[i])
+      W = (W_LBNLL[:, row, :, :n, :n] if batch > 1
+           else np.stack(_captured(model, params, np.asarray([tokens[i]], np.int32)))[:, 0])
+      yield VerbRow(items[i], W, word_spans(tokenizer, texts[i]), noun_roles(items[i]),
+                    len(tokenizer.encode(texts[i][:len(items[i].prefix) + 2])))
+
+
 def census(model, params, tokenizer, num_items: int, seed: int,
            attractors=(1, 2, 3), max_len: int | None = None) -> dict:
   """Per layer and head ([layers, heads] arrays):
@@ -90,32 +146,25 @@ def census(model, params, tokenizer, num_items: int, seed: int,
     difference split by the head noun's number (subject_minus_attractor_sg / _pl)."""
   acc = {}
   add = lambda name, v: acc.setdefault(name, []).append(v)
-  for k in attractors:
-    for item in data.agreement_probes(num_items, k, seed=seed):
-      text = f"{item.prefix} {item.correct}"
-      if max_len is not None and 1 + len(tokenizer.encode(text)) > max_len:
-        add("skipped_too_long", 1)  # a learned table cannot position it
-        continue
-      spans = word_spans(tokenizer, text)
-      W = np.stack(_weights(model, params, tokenizer, text))  # [layers, N, L, L]
-      L = W.shape[-1]
-      add("previous_token", W[:, :, np.arange(1, L), np.arange(L - 1)].mean(-1))
-      add("first_token_sink", W[:, :, 4:, 0].mean(-1))
-      # The token holding the verb's first character (after the space before it).
-      verb_first = len(tokenizer.encode(text[:len(item.prefix) + 2]))
-      row = W[:, :, verb_first]  # [layers, N, L]; its own word's keys are not read below
-      mass = lambda i: row[..., spans[i][1]:spans[i][2]].sum(-1)
-      roles = noun_roles(item)
-      head = mass(roles[0][0])
-      attr = [mass(i) for i, role, _ in roles if role == "attractor"]
-      same = [mass(i) for i, role, _ in roles if role == "same_number"]
-      add("head_noun", head)
-      add("nearest_attractor", attr[-1])
-      add("attractors", np.sum(attr, 0))
-      if same:
-        add("same_number", np.sum(same, 0))
-      add("subject_minus_attractor", head - attr[-1])
-      add(f"subject_minus_attractor_{roles[0][2]}", head - attr[-1])
+  for probe in verb_rows(model, params, tokenizer, num_items, seed, attractors, max_len):
+    if probe is None:
+      add("skipped_too_long", 1)  # a learned table cannot position it
+      continue
+    W = probe.weights
+    L = W.shape[-1]
+    add("previous_token", W[:, :, np.arange(1, L), np.arange(L - 1)].mean(-1))
+    add("first_token_sink", W[:, :, 4:, 0].mean(-1))
+    roles = probe.roles
+    head = probe.mass(roles[0][0])
+    attr = [probe.mass(i) for i, role, _ in roles if role == "attractor"]
+    same = [probe.mass(i) for i, role, _ in roles if role == "same_number"]
+    add("head_noun", head)
+    add("nearest_attractor", attr[-1])
+    add("attractors", np.sum(attr, 0))
+    if same:
+      add("same_number", np.sum(same, 0))
+    add("subject_minus_attractor", head - attr[-1])
+    add(f"subject_minus_attractor_{roles[0][2]}", head - attr[-1])
   counts = {name: len(v) for name, v in acc.items()}
   acc.pop("skipped_too_long", None)
   out = {name: np.mean(v, 0) for name, v in acc.items()}
