@@ -143,8 +143,11 @@ def test_batched_rows_are_the_rows_one_item_at_a_time():
 @pytest.mark.slow
 def test_a_model_gets_per_head_scores_and_intervals_around_them():
   model, params = _tiny_model()
-  out = census_control.same_slot(model, params, tokenizers.BytesTokenizer(), 40, 0,
-                                 resamples=50)
+  tok = tokenizers.BytesTokenizer()
+  out = census_control.same_slot(model, params, tok, 40, 0, resamples=50)
+  # The unmatched measure of the strongest head is the census's own, computed there
+  # item by item without padding.
+  census = heads.census(model, params, tok, 40, 0)["subject_minus_attractor"]
   assert out["items"] == 120
   for name in census_control.MEASURES:
     r = out[name]
@@ -155,6 +158,7 @@ def test_a_model_gets_per_head_scores_and_intervals_around_them():
     lo, hi = s["this_head_95"]
     assert lo <= s["score"] <= hi
     assert 0 <= s["first_word"] <= 1 and 0 <= s["bos"] <= 1
+    assert s["unmatched"] == pytest.approx(census[s["layer"], s["head"]], abs=1e-5)
     # Each slot's two sides, with their noun counts, reproduce the head's score.
     diffs = [a[0] - b[0] for a, b in (v.values() for v in r["by_slot"].values())]
     assert np.mean(diffs) == pytest.approx(s["score"], abs=1e-4)

@@ -57,21 +57,24 @@ flags.DEFINE_string("out", None, "Directory for census_control.md/.json (default
 MEASURES = {"subject_minus_other_same_slot": (("head",), ("attractor", "same_number")),
             "attractor_minus_same_number_same_slot": (("attractor",), ("same_number",))}
 MIN_NOUNS = 20  # a slot enters a measure only where both sides have this many nouns
-VERSION = 2  # bumped when the measure changes, so older cached entries are not reused
+VERSION = 3  # bumped when the measure changes, so older cached entries are not reused
 
 
 def noun_weights(rows) -> dict:
   """Every noun of every verb row (heads.verb_rows; None rows are counted as skipped): its
   item's index, its slot, its role and the query's weight on it [layers, N], as arrays; and
-  per item the weight on the sentence's first word ("The", before the subject) and on BOS."""
+  per item the weight on the sentence's first word ("The", before the subject) and on BOS, and
+  the census's unmatched measure: the subject's weight minus the nearest attractor's."""
   item, slot, role, weight, n, skipped = [], [], [], [], 0, 0
-  first_word, bos = [], []
+  first_word, bos, unmatched = [], [], []
   for row in rows:
     if row is None:
       skipped += 1
       continue
     first_word.append(row.mass(0))
     bos.append(row.weights[:, :, row.verb_first, 0])
+    nearest = [word for word, r, _ in row.roles if r == "attractor"][-1]
+    unmatched.append(row.mass(row.roles[0][0]) - row.mass(nearest))
     for j, (word, r, _) in enumerate(row.roles):
       item.append(n)
       slot.append(len(row.roles) - j)
@@ -82,7 +85,8 @@ def noun_weights(rows) -> dict:
     raise ValueError("no agreement item fits the model (all longer than its max_len)")
   return {"item": np.array(item), "slot": np.array(slot), "role": np.array(role),
           "weight": np.stack(weight), "items": n, "skipped_too_long": skipped,
-          "first_word": np.stack(first_word), "bos": np.stack(bos)}
+          "first_word": np.stack(first_word), "bos": np.stack(bos),
+          "subject_minus_nearest_attractor": np.stack(unmatched)}
 
 
 def _cells(nouns) -> dict:
@@ -145,7 +149,10 @@ def same_slot(model, params, tokenizer, num_items: int, seed: int, *, max_len=No
                       "this_head_95": np.percentile(b[:, li, h], [2.5, 97.5]).tolist(),
                       # A head drawn to the sentence's start would weigh these as well.
                       "first_word": float(nouns["first_word"][:, li, h].mean()),
-                      "bos": float(nouns["bos"][:, li, h].mean())},
+                      "bos": float(nouns["bos"][:, li, h].mean()),
+                      # The census's subject_minus_attractor of this head: at unequal distance.
+                      "unmatched": float(
+                          nouns["subject_minus_nearest_attractor"][:, li, h].mean())},
         # This head's mean weight on each side's nouns, and their counts, slot by slot.
         "by_slot": {str(s): {"+".join(roles): [float(nouns["weight"][m][:, li, h].mean()),
                                                int(m.sum())]
