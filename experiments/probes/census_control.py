@@ -16,11 +16,15 @@ first token, teacher-forced):
     subject's number (the number, not the role: does a head follow the nouns that disagree?).
 
 What this does not control: the subject is always the sentence's second word, so a head drawn to
-the sentence's start also favours it; a positive score is therefore an upper bound on a role.
+the sentence's start (or keyed to that position) also favours it; and at slot s the subject comes
+from sentences of exactly s nouns, the other nouns from longer ones with more keys to share the
+weight, so a head that ignores roles reads above zero too (uniform attention +0.061 on the
+census's items: experiments/records/scripts/census_control_baselines.py). A positive score is
+therefore an upper bound on a role, to be read against those baselines.
 
 Intervals: items are the unit. The bootstrap resamples items, each with all its nouns, and the
-interval given for a model's strongest head is that of the maximum over all heads, taken again
-in every resample, so it allows for having picked the head. Over seeds: each seed's strongest
+interval given for a model's strongest head is the percentile interval of the maximum over all
+heads, taken again in every resample (a maximum runs high, so it does not say where zero is). Over seeds: each seed's strongest
 head, and the scores' mean ± sd with their t 95% interval.
 
   python -m experiments.probes.census_control --lm_workdir runs/probes/lm
