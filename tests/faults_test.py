@@ -167,10 +167,10 @@ def _alive(pid: int) -> bool:
 def test_a_launcher_killed_with_sigkill_takes_its_trainers_with_it(tmp_path, env, data_dir):
   sweep_dir = tmp_path / "sweep"
   command = [sys.executable, "-m", "launch.local", "--workdir", str(sweep_dir),
-             "--sweep=opt.lr=0.01", *_tiny_flags(data_dir, 3000)]
+             "--sweep=train.seed=0", *_tiny_flags(data_dir, 3000)]  # a key the flags do not set
   launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, env=env, cwd=ROOT)
-  lock = sweep_dir / "lr=0.01" / ".lock"
+  lock = sweep_dir / "seed=0" / ".lock"
   deadline = time.time() + 300
   while not (lock.exists() and lock.read_text().startswith("pid ")):
     assert launcher.poll() is None and time.time() < deadline, launcher.communicate()[0]
@@ -182,6 +182,6 @@ def test_a_launcher_killed_with_sigkill_takes_its_trainers_with_it(tmp_path, env
   while _alive(trainer):
     assert time.time() < deadline, "the trainer outlived its launcher"
     time.sleep(0.2)
-  log = (sweep_dir / "lr=0.01" / "train.log").read_text()
+  log = (sweep_dir / "seed=0" / "train.log").read_text()
   assert re.search(r"stopped by SIGTERM", log), log[-2000:]
-  assert not (sweep_dir / "lr=0.01" / "summary.json").exists()
+  assert not (sweep_dir / "seed=0" / "summary.json").exists()
