@@ -107,7 +107,8 @@ def test_a_finished_run_rerun_with_other_settings_names_them(tmp_path):
   # Where it ran and how it was logged or checkpointed: the same finished run.
   same = tiny_run.tiny_config(str(tmp_path), **{
       "train.init_from": "./runs/a", "train.log_every": 7, "train.keep_checkpoints": 1,
-      "mesh.shape": (1, -1, 1), "model.attention": "chunked", "data.data_dir": "/elsewhere"})
+      "mesh.shape": (1, -1, 1), "model.attention": "chunked", "data.data_dir": "/elsewhere",
+      "train.profile_steps": "1:2", "train.steps": 2})  # a run stopped early, finished at 2
   checkpoint.check_finished_rerun(saved, same, "w")
   other = tiny_run.tiny_config(str(tmp_path), **{"train.init_from": "runs/a", "opt.lr": 0.5,
                                                   "train.eval_batches": 3})

@@ -157,7 +157,9 @@ def test_extrapolation_evaluation_cache_is_keyed_by_its_settings(extrapolation):
   assert again["loss"]["none"] != results["loss"]["none"]
   assert again["loss_sliding"]["none"] != results["loss_sliding"]["none"]
   # The fixture's settings still find their entry: kept, not overwritten.
-  same = _run("experiments.extrapolation.run", TINY, workdir, "--config.experiment.schemes=none")
+  # Bookkeeping keys (checkpoint.BOOKKEEPING_KEYS) may differ: the finished run is reused.
+  same = _run("experiments.extrapolation.run", TINY, workdir, "--config.experiment.schemes=none",
+              "--config.train.profile_steps=1:2", "--config.train.log_every=3")
   assert same["loss"]["none"] == results["loss"]["none"]
 
 

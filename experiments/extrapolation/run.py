@@ -42,14 +42,11 @@ EXPERIMENT = "experiments.extrapolation.run"  # recorded in results.json: who wr
 # Evaluation-only variants of a trained scheme: name -> (trained scheme, rope scaling).
 EVAL_VARIANTS = {"rope+pi": ("rope", "linear"), "rope+yarn": ("rope", "yarn")}
 
-# Keys of a finished run's config that say how it was logged, checkpointed or laid out, not
-# what it learned: a re-run that changes only these reuses the run. Every other key must
-# match, or the skipped run would stand in for a model this config never trained.
-BOOKKEEPING_KEYS = (("train.log_every", "train.eval_every", "train.checkpoint_every",
-                     "train.keep_checkpoints", "train.keep_best", "train.async_checkpoint",
-                     "train.peak_flops", "mesh.shape")
-                    + schema.RELOCATABLE_DATA_KEYS
-                    + tuple(f"model.{k}" for k in schema.COMPUTE_KEYS))
+# A finished run is reused when its config differs from this one only in
+# checkpoint.BOOKKEEPING_KEYS (logging, checkpoint cadence, layout, data location). Every
+# other key, train.steps included, must match, or the skipped run would stand in for a model
+# this config never trained.
+BOOKKEEPING_KEYS = checkpoint.BOOKKEEPING_KEYS
 
 
 # Experiment scheme names that are not positions.SCHEMES names: name -> the position scheme

@@ -229,11 +229,11 @@ def check_compatible(saved_config, config, directory: str) -> None:
 
 # Keys of a finished run's config that say where it ran or how it was logged, checkpointed or
 # laid out, not what it learned: a re-run that changes only these is the same finished run.
-# (train.steps differs only where a run stopped early was finished at its checkpoint's step.)
-BOOKKEEPING_KEYS = (("train.steps", "train.log_every", "train.eval_every",
-                     "train.checkpoint_every", "train.keep_checkpoints", "train.keep_best",
-                     "train.async_checkpoint", "train.peak_flops", "train.profile_steps",
-                     "log.wandb_project", "mesh.shape")
+# The experiments' skip-if-finished checks (experiments/extrapolation/run.py) use this list.
+BOOKKEEPING_KEYS = (("train.log_every", "train.eval_every", "train.checkpoint_every",
+                     "train.keep_checkpoints", "train.keep_best", "train.async_checkpoint",
+                     "train.peak_flops", "train.profile_steps", "log.wandb_project",
+                     "mesh.shape")
                     + schema.RELOCATABLE_DATA_KEYS
                     + tuple(f"model.{k}" for k in schema.COMPUTE_KEYS))
 
@@ -241,10 +241,13 @@ BOOKKEEPING_KEYS = (("train.steps", "train.log_every", "train.eval_every",
 def check_finished_rerun(saved_config, config, directory: str) -> None:
   """Refuse to report a finished run as done for a config that would train another one (a
   changed opt.lr, say), naming the keys: "nothing to do" would silently drop the change.
-  Keys the saved config lacks were added since (their defaults keep the old behaviour)."""
+  Keys the saved config lacks were added since (their defaults keep the old behaviour).
+  train.steps may differ: a run stopped early was finished at its checkpoint's step, and a
+  raised train.steps continues the run rather than reaching this check."""
   saved_keys = set(schema.flatten(saved_config.to_dict()))
   changed = [(k, a, b) for k, a, b in differences(
-      saved_config, config, lambda k: k in saved_keys and k not in BOOKKEEPING_KEYS)
+      saved_config, config,
+      lambda k: k in saved_keys and k != "train.steps" and k not in BOOKKEEPING_KEYS)
              if not (k == "train.init_from" and a and b and os.path.normpath(a) ==
                      os.path.normpath(b))]
   if changed:
