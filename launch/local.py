@@ -5,7 +5,7 @@ r"""Run a sweep on this machine, N runs at a time, each `transformer.train` in D
       --sweep="opt.lr=1e-3,3e-3;model.num_layers=2,4"        # a grid, any config
   python -m launch.local --config configs/lm.py:size=xs --workdir DIR \
       --sweep="opt.lr=loguniform(1e-4,1e-2)" --trials=8       # random search
-  python -m launch.local ... --dry_run        # write DIR/sweep.json, print the commands
+  python -m launch.local ... --dry_run        # check, print the commands; write nothing
 
 The sweep comes from `config.sweep` (launch/sweep.py) or, for any config, from --sweep (grid
 axes; with --trials, random-search distributions). Every --config.KEY=VALUE given here is
@@ -110,7 +110,8 @@ def run_sweep(config, workdir: str, *, config_arg: str, parallel: int = 1,
     raise ValueError("--multihost runs use every host together: one at a time (--parallel=1)")
   runs = sweep.plan(config, workdir, config_arg=config_arg, python=sys.executable,
                     module=train_module, extra_flags=extra_flags,
-                    launcher=[sys.executable, "-m", "launch.local"] + sys.argv[1:])
+                    launcher=[sys.executable, "-m", "launch.local"] + sys.argv[1:],
+                    write=not dry_run)
   commands = {r["name"]: r["command"] for r in runs}
   # On a TPU slice every host runs this same loop and the same runs; each keeps its own log.
   log_name = f"train.{socket.gethostname()}.log" if multihost else "train.log"
@@ -214,7 +215,8 @@ if __name__ == "__main__":
                        "config's sweep.seed, else 0); another seed draws other trials.")
   flags.DEFINE_string("train_module", "transformer.train",
                       "Module run as `python -m MODULE` for each run.")
-  flags.DEFINE_bool("dry_run", False, "Write sweep.json and print the commands only.")
+  flags.DEFINE_bool("dry_run", False, "Check the plan and print the commands only; writes "
+                    "nothing (not even sweep.json).")
   flags.DEFINE_bool("multihost", False,
                     "One of several identical launchers, one per host of a TPU slice "
                     "(launch/tpu_vm.sh): each run spans all hosts; DIR must be shared; logs go "

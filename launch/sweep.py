@@ -271,8 +271,10 @@ def passthrough_flags(config_flag) -> list[str]:
 
 
 def plan(config, workdir: str, *, config_arg: str, python: str = "python",
-         module: str = "transformer.train", extra_flags=(), launcher=()) -> list[dict]:
-  """expand(config) with each run's argv under `command`; writes DIR/sweep.json."""
+         module: str = "transformer.train", extra_flags=(), launcher=(),
+         write: bool = True) -> list[dict]:
+  """expand(config) with each run's argv under `command`; writes DIR/sweep.json (with
+  write=False, a dry run, it only checks that DIR holds no other sweep and writes nothing)."""
   runs = expand(config)
   check_passthrough(config, runs, extra_flags)
   if module == "transformer.train":
@@ -280,7 +282,10 @@ def plan(config, workdir: str, *, config_arg: str, python: str = "python",
   for r in runs:
     r["command"] = train_command(python, module, config_arg, os.path.join(workdir, r["name"]),
                                  r["overrides"], extra_flags)
-  write_sweep_json(workdir, config, runs, list(launcher))
+  if write:
+    write_sweep_json(workdir, config, runs, list(launcher))
+  else:
+    earlier_runs(workdir, runs)
   return runs
 
 
@@ -326,17 +331,27 @@ def write_sweep_json(workdir: str, config, runs: list[dict], command: list[str])
                 flops_conventions=shapes.FLOPS_CONVENTIONS,
                 budgets_convention=config.sweep.get("flops_convention", "non_embedding")
                 if config.sweep.kind == "scaling" else None)
-  if os.path.exists(path):
-    with open(path) as f:
-      earlier = json.load(f)
-    check_same_sweep(workdir, earlier["runs"], runs)
-    if [_run_identity(r) for r in earlier["runs"]] != [_run_identity(r) for r in runs]:
+  earlier = earlier_runs(workdir, runs)
+  if earlier is not None:
+    if [_run_identity(r) for r in earlier] != [_run_identity(r) for r in runs]:
       n = 1
       while os.path.exists(os.path.join(workdir, f"sweep.{n}.json")):
         n += 1
       os.replace(path, os.path.join(workdir, f"sweep.{n}.json"))
   atomic_write(path, json.dumps(record, indent=2))
   return path
+
+
+def earlier_runs(workdir: str, runs: list[dict]) -> list[dict] | None:
+  """The runs of DIR's sweep.json (None without one), refusing a plan that drops or changes
+  one of them that has started (check_same_sweep)."""
+  path = os.path.join(workdir, "sweep.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    earlier = json.load(f)["runs"]
+  check_same_sweep(workdir, earlier, runs)
+  return earlier
 
 
 def _run_identity(run: dict) -> tuple:

@@ -244,17 +244,21 @@ def test_local_runs_in_parallel_skips_finished_and_tabulates(tmp_path, fake_trai
 def test_a_sweep_dir_refuses_another_sweep_and_keeps_an_extended_ones_record(tmp_path,
                                                                               fake_train):
   workdir = str(tmp_path / "sweep")
-  run = lambda axes, *flags: local.run_sweep(
+  run = lambda axes, *flags, dry_run=False: local.run_sweep(
       _config(kind="grid", axes=axes), workdir, config_arg="cfg.py", train_module=fake_train,
-      extra_flags=list(flags), log=lambda _: None)
+      extra_flags=list(flags), log=lambda _: None, dry_run=dry_run)
   run("opt.lr=1e-3,3e-3")
   record = open(os.path.join(workdir, "sweep.json")).read()
   for axes, flags_, why in (("model.num_layers=1,2", [], "is not in this sweep"),
                             ("opt.lr=1e-3,3e-3", ["--config.model.d_model=128"],
                              "had another command")):
-    with pytest.raises(ValueError, match=rf"holds another sweep: its run 'lr=0.001' {why}"):
-      run(axes, *flags_)
+    for dry_run in (True, False):
+      with pytest.raises(ValueError, match=rf"holds another sweep: its run 'lr=0.001' {why}"):
+        run(axes, *flags_, dry_run=dry_run)
     assert open(os.path.join(workdir, "sweep.json")).read() == record
+  files = sorted(os.listdir(workdir))
+  assert run("opt.lr=1e-3,3e-3,1e-2", dry_run=True)["skipped"] == ["lr=0.001", "lr=0.003"]
+  assert sorted(os.listdir(workdir)) == files  # a dry run writes nothing
   extended = run("opt.lr=1e-3,3e-3,1e-2")  # every started run kept: more of the same sweep
   assert extended["skipped"] == ["lr=0.001", "lr=0.003"] and extended["finished"] == ["lr=0.01"]
   assert open(os.path.join(workdir, "sweep.1.json")).read() == record
@@ -344,7 +348,7 @@ def test_local_cli_dry_run_any_config(tmp_path):
   commands = [line for line in proc.stdout.splitlines() if "transformer.train" in line]
   assert len(commands) == 2 and all("--config.train.steps=7" in c for c in commands)
   assert "--config.opt.lr=0.003" in commands[1]
-  assert not os.path.exists(os.path.join(workdir, "lr=0.001"))  # nothing ran
+  assert not os.path.exists(workdir)  # nothing ran, nothing written
   proc = subprocess.run(
       [sys.executable, "-m", "launch.local", "--config=configs/lm.py:size=xs",
        f"--workdir={workdir}", "--sweep=opt.lr=1e-3", "--parallel=0"],
