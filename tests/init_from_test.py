@@ -354,3 +354,22 @@ def test_a_hugging_face_or_corrupt_config_json_is_one_line(tmp_path):
     init_from.read_run_config(str(tmp_path), "--workdir")
   (tmp_path / "config.json").write_text('{"model": {"kind": "decoder"}}')
   assert init_from.read_run_config(str(tmp_path), "x") == {"model": {"kind": "decoder"}}
+
+
+def test_training_into_a_hugging_face_folder_is_refused_before_writing(tmp_path):
+  from transformer.training import init_from, loop
+  hf = tmp_path / "gpt2"
+  hf.mkdir()
+  (hf / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2}')
+  (hf / "model.safetensors").write_bytes(b"weights")
+  with pytest.raises(ValueError, match=r"^--workdir .*gpt2 is a Hugging Face checkpoint "
+                                       r"\(model_type 'gpt2'\): its config.json is not a run's"):
+    loop.train_and_evaluate(tiny_run.tiny_config(str(tmp_path)), str(hf))
+  assert sorted(os.listdir(hf)) == ["config.json", "model.safetensors"]  # nothing moved aside
+  (hf / "config.json").write_text("[]")
+  with pytest.raises(ValueError, match=r"is not a run directory: its config.json"):
+    init_from.check_own_config(str(hf))
+  for own in ('{"model": {"kind": "decoder"}}', '{"model": '):  # a run's, whole or cut short
+    (hf / "config.json").write_text(own)
+    init_from.check_own_config(str(hf))
+  init_from.check_own_config(str(tmp_path / "new"))

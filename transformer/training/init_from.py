@@ -91,6 +91,26 @@ def read_run_config(workdir: str, what: str) -> dict:
                    f"directory the train or convert command wrote")
 
 
+def check_own_config(workdir: str) -> None:
+  """Refuse a --workdir whose config.json is not a run's (a Hugging Face checkpoint's, say),
+  before anything is written: the run would move that file to config.1.json (run_log.py),
+  so the folder would no longer load in transformers, and mix its own files in. A config.json
+  that does not parse is left to the run (a run's own, cut short by a crash, is rewritten)."""
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      saved = json.load(f)
+  except (OSError, ValueError):
+    return
+  if isinstance(saved, dict) and isinstance(saved.get("model"), dict):
+    return
+  what = (f"a Hugging Face checkpoint (model_type {saved['model_type']!r})"
+          if isinstance(saved, dict) and "model_type" in saved else "not a run directory")
+  raise ValueError(f"--workdir {workdir} is {what}: its config.json is not a run's and "
+                   f"training would move it aside; pick a new --workdir (to fine-tune a "
+                   f"Hugging Face checkpoint, convert it with python -m transformer.convert "
+                   f"--from_hf and set train.init_from to the converted directory)")
+
+
 def open_source(config) -> Source:
   """The source named by config.train.init_from, checked against `config`: one-line errors
   for a path without checkpoints, a missing or damaged step, or a different model."""

@@ -240,6 +240,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
   # Checks that need no compute come first, so a typo costs seconds, not a compile.
   check_config(config)
   init_from.check_workdir(config, workdir)
+  init_from.check_own_config(workdir)
   mesh = sharding.make_mesh(config.mesh.shape, config.train.batch_size,
                             config.opt.grad_accum_steps)
   sharding.check_batch_size(config.train.batch_size, mesh, config.opt.grad_accum_steps)
