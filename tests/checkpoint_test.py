@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from helpers import tiny_run
+from transformer import data
 from transformer.training import checkpoint
 
 
@@ -122,3 +123,28 @@ def test_a_finished_run_rerun_with_other_settings_names_them(tmp_path):
   older = ml_collections.ConfigDict(saved.to_dict())
   del older.opt["lr"], older.train["eval_batches"]
   checkpoint.check_finished_rerun(older, other, "w")
+
+
+@pytest.mark.slow
+def test_a_run_refuses_to_resume_on_a_text_folder_whose_files_changed(tmp_path):
+  from transformer.training import loop
+  folder = tmp_path / "texts"
+  folder.mkdir()
+  for i in range(40):
+    (folder / f"f{i}.txt").write_text(f"document number {i} says hello to the reader.\n" * 8)
+  config = lambda steps: tiny_run.tiny_config(str(tmp_path / "tfds"), **{
+      "data.name": "text_folder", "data.path": str(folder), "data.tokenizer": "bytes",
+      "train.steps": steps})
+  workdir = str(tmp_path / "run")
+  loop.train_and_evaluate(config(2), workdir)
+  manager = checkpoint.make_manager(workdir, 1, 0)
+  assert checkpoint.read_meta(manager, 2)["dataset"].startswith("text_folder/texts-")
+  (folder / "new.txt").write_text("a file added after the run started\n")
+  with pytest.raises(ValueError, match=r"run's step-2 checkpoint was trained on text_folder/"
+                                       r"texts-\w+, but these settings build text_folder/texts-"):
+    checkpoint.check_dataset(manager, 2, data.built_name(config(4).data), workdir)
+  with pytest.raises(ValueError, match=r"trained on text_folder/texts-.*train.init_from="):
+    loop.train_and_evaluate(config(4), workdir)
+  (folder / "new.txt").unlink()  # the data it trained on: resumes
+  assert loop.train_and_evaluate(config(4), workdir)["step"] == 4
+  manager.close()

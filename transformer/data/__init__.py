@@ -15,5 +15,5 @@ from transformer.data.kv_retrieval import items as kv_items
 from transformer.data.featurize import OBJECTIVES, PROMPT_SEPARATOR
 from transformer.data.pipeline import (default_config, iterator_state, make_dataset,
                                        make_iterator, restore_iterator, unigram_entropy, validate)
-from transformer.data.sources import describe, load
+from transformer.data.sources import built_name, describe, load
 from transformer.data.tokenizers import TOKENIZERS, get_tokenizer, token_bytes

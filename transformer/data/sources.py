@@ -161,6 +161,17 @@ def check(data_config) -> None:
     _catalog_builder(data_config, data_dir(data_config))
 
 
+def built_name(data_config) -> str | None:
+  """"NAME/CONFIG" of a built-in dataset: the TFDS config it builds, which also names the
+  data it reads (python_stdlib's holds the Python version and a hash of the library's files,
+  text_folder's a hash of its files' names, sizes and times). None for a TFDS catalog
+  dataset, which its name and version fix."""
+  if data_config.name not in builders.BUILDERS:
+    return None
+  config = builders.BUILDERS[data_config.name].config_from(data_config)
+  return f"{data_config.name}/{config if isinstance(config, str) else config.name}"
+
+
 def check_split(data_config, split: str, key: str = "split") -> None:
   """Refuse a split the dataset lacks in one line naming `key` (the config key that gave it)
   and its splits, before anything is built: TFDS says so only when the split is first read,

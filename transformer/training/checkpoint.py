@@ -110,9 +110,10 @@ def make_manager(workdir: str, keep: int = 3, keep_best: int = 1,
 
 
 def save(manager, step: int, state: dict, data_state: dict, config, eval_loss=None,
-         force: bool = False) -> bool:
+         force: bool = False, dataset: str | None = None) -> bool:
   """Start an (async) save of the train state, data positions and config at `step`, once the
-  previous save is complete and recorded (`finish`; orbax's save would wait for it anyway)."""
+  previous save is complete and recorded (`finish`; orbax's save would wait for it anyway).
+  `dataset` (sources.built_name) names the data the positions index (check_dataset)."""
   finish(manager)
   disk_space.check_space(manager, step, state)
   metrics = None if eval_loss is None else {"eval_loss": float(eval_loss)}
@@ -121,7 +122,8 @@ def save(manager, step: int, state: dict, data_state: dict, config, eval_loss=No
       train_state=ocp.args.StandardSave(
           {k: v for k, v in state.items() if k != "params"}),
       data=ocp.args.JsonSave(data_state),
-      meta=ocp.args.JsonSave({"config": json.loads(config.to_json())}))
+      meta=ocp.args.JsonSave({"config": json.loads(config.to_json())}
+                             | ({"dataset": dataset} if dataset else {})))
   try:
     saved = manager.save(step, args=args, metrics=metrics, force=force)
   except Exception as e:  # pylint: disable=broad-except
@@ -185,9 +187,26 @@ def newest_intact(manager) -> int | None:
   return None
 
 
+def read_meta(manager, step: int) -> dict:
+  """{"config": ..., "dataset": ...} as `save` wrote them (older steps lack "dataset")."""
+  return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+
+
 def read_config(manager, step: int) -> ml_collections.ConfigDict:
-  meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-  return ml_collections.ConfigDict(meta["config"])
+  return ml_collections.ConfigDict(read_meta(manager, step)["config"])
+
+
+def check_dataset(manager, step: int, dataset: str | None, directory: str) -> None:
+  """Refuse to resume data positions into other data: the same data keys can build another
+  dataset (text_folder files added or edited, python_stdlib on another Python), and the
+  saved positions would then continue the run on records it was not training on."""
+  saved = read_meta(manager, step).get("dataset")
+  if saved and dataset and saved != dataset:
+    raise ValueError(f"{directory}'s step-{step} checkpoint was trained on {saved}, but these "
+                     f"settings build {dataset} (the data it reads changed: files under "
+                     f"data.path, or the Python version); restore that data to resume, or "
+                     f"start a new --workdir from its parameters with "
+                     f"train.init_from={directory}")
 
 
 

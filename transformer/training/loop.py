@@ -253,6 +253,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
       print(f"{workdir} is finished: {config.train.steps} steps, eval loss "
             f"{finished.get('final_eval_loss')} (summary.json); nothing to do", flush=True)
     return finished
+  dataset = data.built_name(config.data)
+  if latest is not None:
+    checkpoint.check_dataset(manager, latest, dataset, workdir)
   # A new run from another's parameters: checked against this model before any compute.
   source = (init_from.open_source(config) if latest is None and config.train.init_from
             else None)
@@ -369,7 +372,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
           with stopwatch.paused():
             data_state = checkpoint.gather_host_states(train_batches.get_state())
             checkpoint.save(manager, step, state, data_state, config,
-                            eval_loss=last_eval if eval_due else None, force=True)
+                            eval_loss=last_eval if eval_due else None, force=True,
+                            dataset=dataset)
         if stopping:
           checkpoint.finish(manager)
           log.info(f"stopped by {stop.received or 'a peer process'} at step {step}; "
