@@ -262,6 +262,16 @@ def test_bad_input_gets_a_clear_error(call, message):
     call(model, params)
 
 
+def test_a_too_long_encoder_input_says_to_shorten_it():
+  _, model, params = built("encoder_decoder", "learned")  # max_len 32
+  for call in (decode.generate, functools.partial(beam_search.beam_search, beam_size=2)):
+    with pytest.raises(ValueError, match=r"^encoder input \(33 tokens\) exceeds the learned "
+                                         r"position table \(model.max_len=32\); shorten it.$"):
+      call(model, params, None, max_new_tokens=2, encoder_inputs=[[4] * 33])
+  assert decode.generate(model, params, None, max_new_tokens=2,
+                         encoder_inputs=[[4] * 32]).shape[0] == 1
+
+
 @pytest.mark.parametrize("kind,overrides,message", [
     ("encoder", {}, "has no next-token"),
     ("decoder", dict(attention="linear"), "does not support model.attention='linear'"),

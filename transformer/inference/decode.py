@@ -79,10 +79,15 @@ def check_lengths(cfg, prompts: Sequence[Sequence[int]], max_new_tokens: int) ->
     raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
   longest = max(len(p) for p in prompts)
   check_ids(cfg, prompts)
-  limit = positions.SCHEMES[cfg.position.name](cfg).max_length()
+  limit = position_limit(cfg)
   if longest + max_new_tokens > limit:
     raise ValueError(f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
                      f"the learned position table (model.max_len={limit}); shorten one.")
+
+
+def position_limit(cfg) -> int:
+  """The longest sequence the model's positions hold (a learned table's model.max_len)."""
+  return positions.SCHEMES[cfg.position.name](cfg).max_length()
 
 
 def check_ids(cfg, sequences) -> None:
@@ -106,7 +111,7 @@ def padded_length(cfg, sequences, max_new_tokens: int) -> int:
   """The bucket of the longest sequence, cut to what a learned position table holds (the
   padded prompt runs through it at prefill); at least the longest (check_lengths)."""
   longest = max(len(s) for s in sequences)
-  limit = positions.SCHEMES[cfg.position.name](cfg).max_length() - max_new_tokens
+  limit = position_limit(cfg) - max_new_tokens
   return int(max(longest, min(bucket_length(longest), limit)))
 
 
@@ -312,6 +317,10 @@ def _prepare(model, prompts, max_new_tokens, encoder_inputs):
     if not encoder_inputs or any(len(e) == 0 for e in encoder_inputs):
       raise ValueError("empty encoder input: the encoder needs at least one token per row.")
     check_ids(model.cfg, encoder_inputs)
+    longest, limit = max(map(len, encoder_inputs)), position_limit(model.cfg)
+    if longest > limit:  # else the position table's own error, which says to raise max_len
+      raise ValueError(f"encoder input ({longest} tokens) exceeds the learned position table "
+                       f"(model.max_len={limit}); shorten it.")
     enc = right_pad(encoder_inputs, padded_length(model.cfg, encoder_inputs, 0))
   else:
     if encoder_inputs is not None:
