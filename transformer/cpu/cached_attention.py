@@ -21,11 +21,8 @@ from transformer.cpu import fused_attention
 
 
 def refusal(q_BKXH, k_blocks, layout, terms) -> str | None:
-  """Why a step cannot use the kernel (None: it can). The backend is checked first, so a GPU
-  or TPU process never builds the library."""
-  if jax.default_backend() != "cpu":
-    return f"the cached CPU kernel runs on the CPU backend, not {jax.default_backend()!r}"
-  if (why := fused_attention.unavailable()) is not None:
+  """Why a step cannot use the kernel (None: it can)."""
+  if (why := fused_attention.shared_refusal("cached", layout, terms)) is not None:
     return why
   if q_BKXH.dtype != jnp.float32:
     return f"the cached CPU kernel computes in float32 (queries are {q_BKXH.dtype})"
@@ -34,10 +31,6 @@ def refusal(q_BKXH, k_blocks, layout, terms) -> str | None:
   if q_BKXH.shape[-1] % 16 or q_BKXH.shape[-1] > 256:
     return ("the cached CPU kernel needs a head size divisible by 16 and at most 256, got "
             f"{q_BKXH.shape[-1]}")
-  if terms.bias_table is not None:
-    return f"the cached CPU kernel cannot add a score bias ({terms.bias_kind})"
-  if layout.k_prefix_BS is not None:
-    return "the cached CPU kernel does not support prefix-LM masks"
   return None
 
 

@@ -124,23 +124,30 @@ def unavailable() -> str | None:
   return None
 
 
-def refusal(q_BLNH, k_BSKH, layout, terms) -> str | None:
-  """Why this call cannot use the kernel (None: it can). The backend is checked first, so a
-  GPU or TPU process never builds the kernel."""
+def shared_refusal(kernel: str, layout, terms) -> str | None:
+  """The checks both CPU kernels make (`kernel`: "fused" or "cached"). The backend comes
+  first, so a GPU or TPU process never builds the library."""
   if jax.default_backend() != "cpu":
-    return f"the fused CPU kernel runs on the CPU backend, not {jax.default_backend()!r}"
+    return f"the {kernel} CPU kernel runs on the CPU backend, not {jax.default_backend()!r}"
   if (why := unavailable()) is not None:
+    return why
+  if terms.bias_table is not None:
+    return f"the {kernel} CPU kernel cannot add a score bias ({terms.bias_kind})"
+  if layout.k_prefix_BS is not None:
+    return f"the {kernel} CPU kernel does not support prefix-LM masks"
+  return None
+
+
+def refusal(q_BLNH, k_BSKH, layout, terms) -> str | None:
+  """Why this call cannot use the kernel (None: it can)."""
+  if (why := shared_refusal("fused", layout, terms)) is not None:
     return why
   if q_BLNH.dtype != jnp.float32 or k_BSKH.dtype != jnp.float32:
     return f"the fused CPU kernel computes in float32 (inputs are {q_BLNH.dtype})"
   if q_BLNH.shape[-1] % 16:
     return f"the fused CPU kernel needs a head size divisible by 16, got {q_BLNH.shape[-1]}"
-  if terms.bias_table is not None:
-    return f"the fused CPU kernel cannot add a score bias ({terms.bias_kind})"
   if layout.window:
     return "the fused CPU kernel does not support a sliding window"
-  if layout.k_prefix_BS is not None:
-    return "the fused CPU kernel does not support prefix-LM masks"
   return None
 
 
