@@ -94,6 +94,10 @@ $PY -m launch.local --config configs/scaling.py:design=corrected --workdir "$S/c
 save
 $PY -m experiments.scaling.fit --workdir "$S/corrected" --min_layers 2
 publish "$S/corrected" "$OUT"
+# The lr law's exponent interval needs the seed noise this grid has just measured (the same
+# law, now with its 95% interval; the grids below read the same coef and exponent).
+$PY -m experiments.scaling.lr_law --workdir "$S/lr_sweep" --noise_from "$S/corrected/fit.json"
+publish "$S/lr_sweep" "$OUT" lr_sweep_
 
 # The ablation: the grid with the old settings, then Porian et al.'s corrections one at a time.
 for design in ablation ablation_flops ablation_warmup; do

@@ -7,6 +7,7 @@ runs) and fits it.
 import json
 import math
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -235,6 +236,20 @@ def test_lr_sweep_design_and_law(tmp_path):
   path.write_text(json.dumps(dict(law, convention="non_embedding")))
   with pytest.raises(ValueError, match="fitted on non_embedding"):
     sweep.expand(_design("corrected", lr_law=str(path)))
+
+
+def test_the_lr_laws_noise_comes_from_a_grids_fit(tmp_path):
+  # The published law's interval used the main grid's measured seed noise: run_all.sh's
+  # --noise_from reads the same numbers from that grid's fit.json.
+  results = pathlib.Path(ROOT) / "experiments/scaling/results/grammar_corpus"
+  published = json.loads((results / "lr_sweep_lr_law.json").read_text())
+  assert lr_law.noise_from(str(results / "fit.json")) == (published["noise_sd"],
+                                                          published["noise_dof"])
+  with pytest.raises(ValueError, match="has no repeated seeds, so it measured no seed noise"):
+    lr_law.noise_from(str(results / "ablation_extended_fit.json"))
+  (tmp_path / "fit.json").write_text("{}")
+  with pytest.raises(ValueError, match=r"not a scaling fit's fit.json .*KeyError"):
+    lr_law.noise_from(str(tmp_path / "fit.json"))
 
 
 def test_stdlib_prunes_budgets_that_repeat_the_data():

@@ -15,7 +15,8 @@ Two ranges for the exponent:
   of the seed-to-seed sd (over sqrt(seeds) for a seed mean), the sd itself redrawn from its
   chi-square distribution with `--noise_dof` degrees of freedom, and the vertices and the law
   are fitted again. A sweep with one seed per point cannot measure its own noise: give the sd
-  measured on the same corpus (the main grid's seeds: fit.json's isoflop.seed_noise).
+  measured on the same corpus (the main grid's seeds: fit.json's isoflop.seed_noise, which
+  `--noise_from FIT_JSON` reads).
 - `exponent_tol_range`: the exponents of optima drawn anywhere within `tol` nats of each
   parabola's minimum (uniform in log lr). It shows how flat the optima are, not how noisy the
   losses were: it is not a confidence interval (its coverage depends on the noise, which it
@@ -124,6 +125,22 @@ def from_sweep(workdir: str, tol: float = 0.005, noise_sd: float = 0.0,
   return law
 
 
+def noise_from(path: str) -> tuple[float, int]:
+  """(sd, dof) of the seed noise a grid's fit measured: FIT_JSON's isoflop.seed_noise."""
+  try:
+    with open(path) as f:
+      noise = json.load(f)["isoflop"]["seed_noise"]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"--noise_from={path}: not a scaling fit's fit.json with "
+                     f"isoflop.seed_noise ({type(e).__name__}: {e}); give the fit.json that "
+                     f"python -m experiments.scaling.fit wrote") from None
+  if not noise.get("sigma") or not noise.get("dof"):
+    raise ValueError(f"--noise_from={path}: its grid has no repeated seeds, so it measured no "
+                     f"seed noise ({noise.get('sigma_from', 'sigma is empty')}); give a grid "
+                     f"fit with seeds")
+  return float(noise["sigma"]), int(noise["dof"])
+
+
 def plot(path, law):
   import matplotlib
   matplotlib.use("Agg")
@@ -149,7 +166,12 @@ def main(argv):
   del argv
   from absl import flags
   f = flags.FLAGS
-  law = from_sweep(f.workdir, f.tol, f.noise_sd, f.noise_dof)
+  noise_sd, noise_dof = f.noise_sd, f.noise_dof
+  if f.noise_from:
+    if noise_sd or noise_dof:
+      raise ValueError("give --noise_from or --noise_sd/--noise_dof, not both")
+    noise_sd, noise_dof = noise_from(f.noise_from)
+  law = from_sweep(f.workdir, f.tol, noise_sd, noise_dof)
   out = f.out or os.path.join(f.workdir, "lr_law.json")
   with open(out, "w") as fh:
     json.dump(law, fh, indent=2)
@@ -172,4 +194,6 @@ if __name__ == "__main__":
   flags.DEFINE_float("noise_sd", 0.0, "Seed-to-seed sd of a final eval loss on this corpus "
                      "(nats): gives the exponent's 95% interval.")
   flags.DEFINE_integer("noise_dof", 0, "Degrees of freedom of --noise_sd.")
+  flags.DEFINE_string("noise_from", "", "A grid's fit.json (experiments.scaling.fit) whose "
+                      "measured seed noise (isoflop.seed_noise) gives --noise_sd/--noise_dof.")
   cli.run(main, required=("workdir",))
