@@ -243,8 +243,12 @@ def test_the_lr_laws_noise_comes_from_a_grids_fit(tmp_path):
   # --noise_from reads the same numbers from that grid's fit.json.
   results = pathlib.Path(ROOT) / "experiments/scaling/results/grammar_corpus"
   published = json.loads((results / "lr_sweep_lr_law.json").read_text())
-  assert lr_law.noise_from(str(results / "fit.json")) == (published["noise_sd"],
-                                                          published["noise_dof"])
+  sd, dof = lr_law.noise_from(str(results / "fit.json"))
+  assert (sd, dof) == (published["noise_sd"], published["noise_dof"])
+  per = published["per_size"]  # and they give the published interval again
+  again = lr_law.fit_lr_law([p["N"] for p in per], per, tol=published["tol"], noise_sd=sd,
+                            noise_dof=dof)
+  np.testing.assert_allclose(again["exponent_ci95"], published["exponent_ci95"], rtol=1e-9)
   with pytest.raises(ValueError, match="has no repeated seeds, so it measured no seed noise"):
     lr_law.noise_from(str(results / "ablation_extended_fit.json"))
   (tmp_path / "fit.json").write_text("{}")
