@@ -71,3 +71,27 @@ def test_a_trainer_the_lock_turns_away_removes_nothing(tmp_path, data_dir, monke
   (tmp_path / "notes").write_text("the user's")
   with pytest.raises(ValueError, match="is a file; give a directory"):
     loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(tmp_path / "notes"))
+
+
+def test_what_another_process_wrote_during_a_failed_first_run_stays(tmp_path, data_dir,
+                                                                     monkeypatch):
+  # --workdir runs (the subfolder forgotten) while a launcher makes runs/<run> in it: the
+  # failed run removes its own files only, and a folder it made stays if it holds another's.
+  workdir = {}
+
+  def fail(*args, **kwargs):
+    os.makedirs(workdir["path"] / "other_run" / "checkpoints" / "100")
+    (workdir["path"] / "notes.txt").write_text("the user's")
+    raise ValueError("not today")
+  monkeypatch.setattr(loop.ShardedBatches, "__next__", fail)
+  (tmp_path / "runs").mkdir()
+  for path in (tmp_path / "runs", tmp_path / "new"):
+    workdir["path"] = path
+    with pytest.raises(ValueError, match="not today"):
+      loop.train_and_evaluate(tiny_run.tiny_config(data_dir), str(path))
+    assert sorted(p.name for p in path.iterdir() if p.name != ".lock") == [
+        "notes.txt", "other_run"]
+    assert (path / "other_run" / "checkpoints" / "100").is_dir()
+  assert all(workdir_cleanup.is_run_entry(n) for n in (
+      "config.json", "config.2.json", "metrics.jsonl.tmp", ".write_test.123", "tensorboard"))
+  assert not any(workdir_cleanup.is_run_entry(n) for n in ("notes.txt", "other_run", "config"))

@@ -3,11 +3,32 @@
 A run that fails (or is interrupted) before it logged a step or saved a checkpoint removes the
 workdir if it made it, and the parent folders it made for it; what it wrote by then
 (config.json, empty logs, the lock) says nothing. In a folder that existed it removes only the
-entries it added (not the .lock: removing a lock file races with its next taker).
+entries it added (not the .lock: removing a lock file races with its next taker). Either way
+it removes only what a run writes (`is_run_entry`): a file or run folder that another process
+put there meanwhile (a launcher making runs/<run> in a --workdir given as runs) stays, and so
+does a workdir it made that holds one.
 """
 
 import os
+import re
 import shutil
+
+# What a run writes at the top of its workdir (run_log.py, checkpoint.py, profiling.py,
+# wandb_log.py, loop.prepare_workdir): a failed first run removes these names only.
+RUN_ENTRIES = ("config.json", "metrics.jsonl", "summary.json", "tensorboard", "checkpoints",
+               "tokenizer", "profile", "wandb", "wandb_run_id")
+
+
+def is_run_entry(name: str) -> bool:
+  return (name.removesuffix(".tmp") in RUN_ENTRIES
+          or re.fullmatch(r"config\.\d+\.json|\.write_test\.\d+", name) is not None)
+
+
+def _remove(path: str) -> None:
+  if os.path.isdir(path) and not os.path.islink(path):
+    shutil.rmtree(path, ignore_errors=True)
+  elif os.path.lexists(path):
+    os.remove(path)
 
 
 def missing_folders(workdir: str) -> list[str]:
@@ -36,12 +57,9 @@ class Before:
       return remove_if_empty_handed(self.made)
     if self.entries is None or holds_results(self.workdir):
       return False
-    for name in set(os.listdir(self.workdir)) - self.entries - {".lock"}:
-      path = os.path.join(self.workdir, name)
-      if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-      else:
-        os.remove(path)
+    for name in set(os.listdir(self.workdir)) - self.entries:
+      if is_run_entry(name):
+        _remove(os.path.join(self.workdir, name))
     return False
 
 
@@ -54,13 +72,16 @@ def holds_results(workdir: str) -> bool:
 
 
 def remove_if_empty_handed(made: list[str]) -> bool:
-  """Remove the workdir `made[0]` unless it holds results, then each parent in `made[1:]` as
-  long as it is empty (another process may have put something there since). True if the
-  workdir is gone."""
+  """Remove the workdir `made[0]` unless it holds results: what a run wrote there, then the
+  folder once empty, then each parent in `made[1:]` as long as it is empty (another process
+  may have put something in either since). True if the workdir is gone."""
   if not made or holds_results(made[0]):
     return False
-  shutil.rmtree(made[0], ignore_errors=True)
-  for parent in made[1:]:
+  if os.path.isdir(made[0]):
+    for name in os.listdir(made[0]):
+      if is_run_entry(name) or name == ".lock":
+        _remove(os.path.join(made[0], name))
+  for parent in made:
     try:
       os.rmdir(parent)
     except OSError:
