@@ -210,3 +210,21 @@ def test_a_failed_final_save_leaves_the_run_unfinished(tmp_path, data_dir, monke
   with pytest.raises(RuntimeError, match="the save failed"):
     loop.train_and_evaluate(config, str(tmp_path / "run"))
   assert not os.path.exists(tmp_path / "run" / "summary.json")  # a re-run resumes
+
+
+@pytest.mark.slow
+def test_a_finished_run_without_checkpoints_is_refused_not_trained_over(tmp_path, trained):
+  workdir, config = trained
+  for damage in ("deleted", "damaged"):  # records restored, space freed; or set aside
+    copy = tmp_path / damage
+    shutil.copytree(workdir, copy)
+    if damage == "deleted":
+      shutil.rmtree(copy / "checkpoints")
+    else:
+      shutil.rmtree(copy / "checkpoints" / "2")
+      flip(str(copy / "checkpoints" / "4"))
+    logs = {p: (copy / p).read_bytes() for p in ("metrics.jsonl", "summary.json")}
+    with pytest.raises(ValueError, match=r"holds a finished run \(summary.json, step 4\) but no "
+                                         r"checkpoint to resume from; .* use a new --workdir"):
+      loop.train_and_evaluate(config, str(copy))
+    assert {p: (copy / p).read_bytes() for p in logs} == logs

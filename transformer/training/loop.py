@@ -23,7 +23,8 @@ from transformer import data, schema
 from transformer.analysis import model_stats
 from transformer.model import models
 from transformer.training import (checkpoint, init_from, losses, optim, preemption, profiling,
-                                  sharding, throughput, train_state, workdir_cleanup, workdir_lock)
+                                  run_log, sharding, throughput, train_state, workdir_cleanup,
+                                  workdir_lock)
 from transformer.training.step import make_eval_step, make_train_step
 from transformer.data.shards import ShardedBatches
 from transformer.training.run_log import RunLog, Stopwatch
@@ -256,6 +257,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
   dataset = data.built_name(config.data)
   if latest is not None:
     checkpoint.check_dataset(manager, latest, dataset, workdir)
+  else:
+    run_log.check_fresh_start(workdir)
   # A new run from another's parameters: checked against this model before any compute.
   source = (init_from.open_source(config) if latest is None and config.train.init_from
             else None)

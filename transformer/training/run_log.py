@@ -56,6 +56,25 @@ def _columns(stream) -> int:
     return 0
 
 
+def check_fresh_start(workdir: str) -> None:
+  """Refuse to start a run at step 0 in a workdir whose summary.json says a run finished
+  there: with no checkpoint to resume or report from (deleted to save space, set aside as
+  damaged, or a workdir restored from records), starting over would replace that run's
+  metrics, TensorBoard events and summary with another's."""
+  path = os.path.join(workdir, "summary.json")
+  if not os.path.exists(path):
+    return
+  try:
+    with open(path) as f:
+      step = json.load(f).get("step", "?")
+  except (OSError, ValueError, AttributeError):
+    step = "?"
+  raise ValueError(f"{workdir} holds a finished run (summary.json, step {step}) but no "
+                   f"checkpoint to resume from; training there would start over and replace "
+                   f"its logs: use a new --workdir, or move its summary.json, metrics.jsonl "
+                   f"and tensorboard/ aside to train it again there")
+
+
 class RunLog:
   """Per-run log files under `workdir`. `total_steps` sizes the progress bar and the ETA.
 
