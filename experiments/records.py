@@ -30,6 +30,7 @@ no checkpoint of that run.
 import glob
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -42,6 +43,12 @@ IN_FLIGHT = "in_flight"
 RECORD_FILES = ("summary.json", "config.json", "metrics.jsonl", "criterion.json",
                 "extrapolation_eval.json", "probes_eval.json")
 SWEEP_FILES = ("sweep.json",)
+
+
+def _is_sweep_file(name: str) -> bool:
+  """sweep.json, or an earlier record of the sweep the launcher kept when a grid was
+  extended (sweep.1.json, sweep.2.json, ...)."""
+  return name in SWEEP_FILES or re.fullmatch(r"sweep\.\d+\.json", name) is not None
 
 
 def cached(run_dir: str, key: dict, compute, name: str = "probes_eval.json"):
@@ -90,7 +97,7 @@ def _records(root: str):
                      and not (here == root and d == IN_FLIGHT))
     finished = "summary.json" in files
     for name in sorted(files):
-      if (finished and name in RECORD_FILES) or name in SWEEP_FILES:
+      if (finished and name in RECORD_FILES) or _is_sweep_file(name):
         yield os.path.relpath(os.path.join(here, name), root)
 
 
@@ -122,8 +129,16 @@ def copy(src: str, dest: str, overwrite: bool) -> list[str]:
     raise ValueError(f"{dest} holds runs with checkpoints ({live}), so it is RUNS, not DEST: "
                      f"save RUNS DEST copies RUNS' records into DEST; did you mean `save {dest} "
                      f"{src}`, or `restore {src} {dest}`? (nothing was copied)")
+  inside = _nested(src, dest)
+  if inside:
+    raise ValueError(f"{inside}; give directories side by side (nothing was copied)")
+  rels = list(_records(src))
+  if overwrite:  # every sweep first, so that a refusal copies nothing
+    for rel in rels:
+      if os.path.basename(rel) == "sweep.json":
+        _check_same_sweep(os.path.join(src, rel), os.path.join(dest, rel))
   copied = []
-  for rel in _records(src):
+  for rel in rels:
     target = os.path.join(dest, rel)
     if os.path.exists(target) and (not overwrite or _same(os.path.join(src, rel), target)):
       continue
@@ -132,6 +147,38 @@ def copy(src: str, dest: str, overwrite: bool) -> list[str]:
     os.replace(target + ".tmp", target)
     copied.append(rel)
   return copied
+
+
+def _nested(src: str, dest: str) -> str | None:
+  """Why src and dest may not be used together (one inside the other: every save would copy
+  the records into themselves again), or None."""
+  a, b = os.path.realpath(src), os.path.realpath(dest)
+  if a == b:
+    return f"{src} and {dest} are the same directory"
+  common = os.path.commonpath([a, b])
+  if common in (a, b):
+    inner, outer = (dest, src) if common == a else (src, dest)
+    return f"{inner} lies inside {outer}"
+  return None
+
+
+def _check_same_sweep(new: str, old: str) -> None:
+  """Refuse to save a sweep.json over a recorded one of another sweep: one that drops or
+  changes a run recorded there (an extended grid, which keeps every run, is the same sweep)."""
+  if not os.path.exists(old) or _same(new, old):
+    return
+  from launch import sweep  # noqa: PLC0415 (the launcher owns what makes a run the same)
+  try:
+    with open(new) as f_new, open(old) as f_old:
+      runs, earlier = json.load(f_new)["runs"], json.load(f_old)["runs"]
+  except (ValueError, KeyError, TypeError):
+    return  # not a launcher's record on one side: nothing to compare, copied as before
+  try:
+    sweep.check_same_sweep(os.path.dirname(old), earlier, runs)
+  except ValueError as e:
+    why = str(e).split(": ", 1)[-1].split(" (see")[0]
+    raise ValueError(f"{old} records another sweep than {new} ({why}); save it into a new "
+                     f"DEST (nothing was copied)") from None
 
 
 def _latest_checkpoint(run_dir: str) -> str | None:

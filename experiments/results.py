@@ -9,11 +9,16 @@ import time
 
 import jax
 
+from launch.sweep_dir import atomic_write
 
 def check_workdir(workdir: str, experiment: str) -> None:
   """Refuse a workdir whose results.json another experiment (or something else) wrote: its
   results.json and results.md would be overwritten with this experiment's. Call it before any
-  training, so the refusal costs nothing."""
+  training, so the refusal costs nothing. A launcher's sweep directory (sweep.json) is refused
+  too: its results.md, which may hold the scaling fits, would be overwritten."""
+  if os.path.exists(os.path.join(workdir, "sweep.json")):
+    raise ValueError(f"{workdir} is a sweep directory (sweep.json), whose results.md this "
+                     f"experiment would overwrite; use a new --workdir")
   path = os.path.join(workdir, "results.json")
   if not os.path.exists(path):
     return
@@ -48,8 +53,9 @@ def write(results: dict, workdir: str, start: float, write_plots, experiment: st
                         f"jax {jax.__version__} on {jax.default_backend()}")
   results["command"] = shlex.join(["python", "-m", _module_name()] + sys.argv[1:])
   results = json.loads(json.dumps(results))
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=1)
+  # Written whole or not at all: a results.json cut short (a full disk) would lose the last
+  # results and make check_workdir refuse the re-run.
+  atomic_write(os.path.join(workdir, "results.json"), json.dumps(results, indent=1))
   write_plots(results, workdir)
   print(f"wrote {workdir}/results.json, results.md and plots in {time.time() - start:.0f}s")
   return results

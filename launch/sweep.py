@@ -275,6 +275,9 @@ def plan(config, workdir: str, *, config_arg: str, python: str = "python",
          write: bool = True) -> list[dict]:
   """expand(config) with each run's argv under `command`; writes DIR/sweep.json (with
   write=False, a dry run, it only checks that DIR holds no other sweep and writes nothing)."""
+  if os.path.exists(os.path.join(workdir, "results.json")):
+    raise ValueError(f"{workdir} holds an experiment's results (results.json), whose "
+                     f"results.md a sweep would overwrite; use a new --workdir")
   runs = expand(config)
   check_passthrough(config, runs, extra_flags)
   if module == "transformer.train":

@@ -212,3 +212,40 @@ def test_save_with_its_arguments_swapped_is_refused_and_copies_nothing(tmp_path)
   assert proc.returncode == 1 and proc.stderr.startswith(f"error: {runs} holds runs"), proc.stderr
   assert json.loads((run / "summary.json").read_text()) == {"step": 8}
   assert records.copy(str(saved), str(runs), overwrite=False) == []  # restore still goes
+
+
+def _sweep_record(path, *lrs):
+  runs = [{"name": f"lr={lr}", "command": ["python", "-m", "transformer.train",
+                                            f"--workdir=x/lr={lr}", f"--config.opt.lr={lr}"]}
+          for lr in lrs]
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps({"runs": runs}))
+
+
+def test_save_refuses_another_sweep_over_a_recorded_one_and_nested_directories(tmp_path):
+  runs, saved = tmp_path / "runs", tmp_path / "saved"
+  for lr in ("0.001", "0.003"):
+    (runs / f"lr={lr}").mkdir(parents=True)
+    (runs / f"lr={lr}" / "summary.json").write_text('{"step": 4}')
+  _sweep_record(runs / "sweep.json", "0.001", "0.003")
+  records.copy(str(runs), str(saved), overwrite=True)
+  recorded = (saved / "sweep.json").read_text()
+  other = tmp_path / "other"
+  (other / "lr=0.01").mkdir(parents=True)
+  (other / "lr=0.01" / "summary.json").write_text('{"step": 4}')
+  _sweep_record(other / "sweep.json", "0.01")
+  with pytest.raises(ValueError, match=r"saved/sweep.json records another sweep than .*other/"
+                                       r"sweep.json \(its run 'lr=0.001' is not in this sweep\); "
+                                       r"save it into a new DEST \(nothing was copied\)"):
+    records.copy(str(other), str(saved), overwrite=True)
+  assert (saved / "sweep.json").read_text() == recorded and not (saved / "lr=0.01").exists()
+  # An extended grid keeps every recorded run: saved, with the launcher's earlier record.
+  (runs / "sweep.json").rename(runs / "sweep.1.json")
+  _sweep_record(runs / "sweep.json", "0.001", "0.003", "0.01")
+  assert sorted(records.copy(str(runs), str(saved), overwrite=True)) == [
+      "sweep.1.json", "sweep.json"]
+  for src, dest, inner in ((runs, runs / "records", runs / "records"), (runs / "lr=0.001", runs,
+                           runs / "lr=0.001"), (runs, runs, None)):
+    with pytest.raises(ValueError, match=rf"{inner} lies inside|are the same directory"):
+      records.copy(str(src), str(dest), overwrite=True)
+  assert not (runs / "records").exists()

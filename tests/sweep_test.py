@@ -73,3 +73,23 @@ def test_a_tuple_field_refuses_what_is_not_a_tuple_of_its_type(value):
   with pytest.raises(ValueError, match=r"for mesh.shape is not a tuple like the config's "
                                        r"\(-1,1,1\): write each in parentheses"):
     sweep.expand(config)
+
+
+def test_a_sweep_and_an_experiment_refuse_each_others_directories(tmp_path):
+  # Each writes results.md: the other's (an experiment's table, a sweep's table and fits)
+  # would be overwritten.
+  from experiments import results
+  experiment, grid = tmp_path / "experiment", tmp_path / "grid"
+  experiment.mkdir()
+  (experiment / "results.json").write_text('{"experiment": "experiments.extrapolation.run"}')
+  config = sweep.with_sweep_flag(lm.get_config("size=xs"), "opt.lr=1e-3,3e-3", trials=None)
+  for write in (True, False):
+    with pytest.raises(ValueError, match=r"holds an experiment's results \(results.json\), whose "
+                                         r"results.md a sweep would overwrite; use a new"):
+      sweep.plan(config, str(experiment), config_arg="configs/lm.py", write=write)
+  assert not (experiment / "sweep.json").exists()
+  sweep.plan(config, str(grid), config_arg="configs/lm.py")
+  with pytest.raises(ValueError, match=r"grid is a sweep directory \(sweep.json\), whose "
+                                       r"results.md this experiment would overwrite"):
+    results.check_workdir(str(grid), "experiments.extrapolation.run")
+  results.check_workdir(str(experiment), "experiments.extrapolation.run")

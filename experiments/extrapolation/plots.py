@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import results as experiment_results  # noqa: E402
+from launch.sweep_dir import atomic_write  # noqa: E402
 
 
 def _series(table: dict, lengths):
@@ -146,8 +147,7 @@ def table(results: dict) -> str:
 def write_all(results: dict, workdir: str) -> None:
   loss_vs_length(results, os.path.join(workdir, "loss_vs_length.png"))
   per_position(results, os.path.join(workdir, "loss_by_position.png"))
-  with open(os.path.join(workdir, "results.md"), "w") as f:
-    f.write(f"# Length extrapolation (trained at {results['train_length']} tokens, "
-            f"{results.get('dataset', '?')})\n\n")
-    f.write(table(results))
-    f.write(experiment_results.footer(results))
+  atomic_write(os.path.join(workdir, "results.md"),
+               f"# Length extrapolation (trained at {results['train_length']} tokens, "
+               f"{results.get('dataset', '?')})\n\n" + table(results)
+               + experiment_results.footer(results))

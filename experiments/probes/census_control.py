@@ -44,6 +44,7 @@ from absl import flags
 from experiments import records
 from experiments.probes import heads
 from experiments.probes.stats import mean_sd
+from launch.sweep_dir import atomic_write
 from transformer import cli
 from transformer.model import models
 
@@ -239,10 +240,9 @@ def main(argv) -> None:
   lines = ([f"Census distance control ({__name__}): {FLAGS.items} items per attractor count "
             f"1-3 (seed {FLAGS.item_seed}), {FLAGS.resamples} item resamples; models in "
             f"{FLAGS.lm_workdir}.", ""] + table(results))
-  with open(os.path.join(out, "census_control.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
-  with open(os.path.join(out, "census_control.json"), "w") as f:
-    json.dump({"settings": settings, "results": results}, f, indent=1)
+  atomic_write(os.path.join(out, "census_control.md"), "\n".join(lines) + "\n")
+  atomic_write(os.path.join(out, "census_control.json"),
+               json.dumps({"settings": settings, "results": results}, indent=1))
   print("\n".join(lines))
 
 

@@ -10,6 +10,7 @@ import numpy as np  # noqa: E402
 
 from experiments import results as experiment_results  # noqa: E402
 from experiments.probes.stats import row_u_test, wilson  # noqa: E402
+from launch.sweep_dir import atomic_write  # noqa: E402
 
 
 def _pooled_by(by_seed: dict, key: str) -> dict:
@@ -327,6 +328,5 @@ def _census_lines(census: dict) -> list[str]:
 def write_all(results: dict, workdir: str) -> None:
   agreement(results, os.path.join(workdir, "agreement.png"))
   retrieval(results, os.path.join(workdir, "retrieval.png"))
-  with open(os.path.join(workdir, "results.md"), "w") as f:
-    f.write(summary(results))
-    f.write(experiment_results.footer(results))
+  atomic_write(os.path.join(workdir, "results.md"),
+               summary(results) + experiment_results.footer(results))

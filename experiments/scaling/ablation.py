@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from experiments.scaling import fit
+from launch.sweep_dir import atomic_write
 
 
 def _sweep(workdir) -> dict:
@@ -163,11 +164,8 @@ def main(argv):
     raise ValueError("give at least two sweep directories, the original grid first")
   table = ablation_table(workdirs, bootstrap=f.bootstrap)
   os.makedirs(f.out, exist_ok=True)
-  with open(os.path.join(f.out, "ablation.json"), "w") as fh:
-    json.dump(fit._json_safe(table), fh, indent=2)
-  text = markdown(table)
-  with open(os.path.join(f.out, "ablation.md"), "w") as fh:
-    fh.write(text)
+  atomic_write(os.path.join(f.out, "ablation.json"), json.dumps(fit._json_safe(table), indent=2))
+  atomic_write(os.path.join(f.out, "ablation.md"), markdown(table))
   from experiments.scaling import plots  # matplotlib only where a figure is written
   plots.plot_ablation(os.path.join(f.out, "ablation.png"), table)
   print(text, end="")

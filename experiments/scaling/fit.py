@@ -265,8 +265,7 @@ def fit_sweep(workdir: str, *, params: str = "total", grid: str = "hoffmann",
                 excluded_runs=excluded, chinchilla=chin, chinchilla_fixed_E=chin_fixed,
                 a_against_fixed_E=a_vs_e, isoflop=iso, isoflop_other_convention=iso_other,
                 chinchilla_other_convention=chin_other, kaplan=kaplan, frontier=frontier)
-  with open(os.path.join(workdir, "fit.json"), "w") as f:
-    json.dump(_json_safe(result), f, indent=2)
+  sweep.atomic_write(os.path.join(workdir, "fit.json"), json.dumps(_json_safe(result), indent=2))
   with open(sweep.write_results(workdir, keep_below=False), "a") as f:
     f.write(fit_markdown(result, workdir))
   if plots:

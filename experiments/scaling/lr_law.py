@@ -173,8 +173,8 @@ def main(argv):
     noise_sd, noise_dof = noise_from(f.noise_from)
   law = from_sweep(f.workdir, f.tol, noise_sd, noise_dof)
   out = f.out or os.path.join(f.workdir, "lr_law.json")
-  with open(out, "w") as fh:
-    json.dump(law, fh, indent=2)
+  from launch.sweep_dir import atomic_write
+  atomic_write(out, json.dumps(law, indent=2))
   plot(os.path.join(f.workdir, "lr_sweep.png"), law)
   lo, hi = law["exponent_tol_range"]
   ci = (f"95% [{law['exponent_ci95'][0]:.3f}, {law['exponent_ci95'][1]:.3f}]; "
