@@ -7,20 +7,32 @@ is mutable, so no hooks or model changes are needed:
   plot_heads(weights["tower/layers_1/self_attention"][0], labels, "heads.png")
 """
 
+import functools
 import math
 
 import jax
+import ml_collections
 import numpy as np
 
+from transformer.model import models
 
-def capture(model, variables, *inputs, **kwargs) -> dict[str, np.ndarray]:
+
+@functools.partial(jax.jit, static_argnums=0)
+def _intermediates(model, params, *inputs):
+  return model.apply({"params": params}, *inputs, mutable=["intermediates"])[1]["intermediates"]
+
+
+def capture(model, variables, *inputs) -> dict[str, np.ndarray]:
   """Run the model once and return every attention layer's weights, keyed by module path.
 
-  Scanned stacks hold all layers in one array; they are split into "layers_i" entries."""
-  _, state = model.apply({"params": variables["params"]}, *inputs, mutable=["intermediates"],
-                         **kwargs)
+  Compiled once per input shape (on a frozen copy of the model's config, which keys the
+  program): run op by op, every new sentence length compiled each of the model's operations
+  again, several times slower over a probe set of many lengths. Scanned stacks hold all
+  layers in one array; they are split into "layers_i" entries."""
+  model = models.make_model(ml_collections.FrozenConfigDict(model.cfg))
+  intermediates = _intermediates(model, variables["params"], *inputs)
   out = {}
-  flat = jax.tree_util.tree_flatten_with_path(state["intermediates"])[0]
+  flat = jax.tree_util.tree_flatten_with_path(intermediates)[0]
   for path, value in flat:
     names = [getattr(k, "key", str(k)) for k in path]
     if "attention_weights" not in names:
