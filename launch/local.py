@@ -10,8 +10,9 @@ r"""Run a sweep on this machine, N runs at a time, each `transformer.train` in D
 The sweep comes from `config.sweep` (launch/sweep.py) or, for any config, from --sweep (grid
 axes; with --trials, random-search distributions). Every --config.KEY=VALUE given here is
 passed on to every run. Re-running the same command is how a sweep resumes: runs with a
-summary.json are skipped and the others re-run their own command, which resumes from their
-latest checkpoint. A DIR holding another sweep (a started run missing from this one, or with
+summary.json are skipped (a finished run whose config.json differs from the run's config now,
+bookkeeping keys aside, is refused: an edited config file) and the others re-run their own
+command, which resumes from their latest checkpoint. A DIR holding another sweep (a started run missing from this one, or with
 another command) is refused; a sweep that keeps every started run (a grid extended) is
 written, the earlier sweep.json kept as sweep.1.json. Each run's output goes to
 DIR/<run>/train.log; DIR/results.md is rewritten as runs finish. Ctrl-C forwards the signal,

@@ -42,8 +42,9 @@ from launch import scaling_grid, sweep_values
 from launch.sweep_values import run_name  # noqa: F401  (sweep.run_name, as before)
 # What a sweep directory holds on disk; sweep.is_finished / read_sweep / write_results stay
 # callable here for the launchers.
-from launch.sweep_dir import (atomic_write, is_finished, read_sweep,  # noqa: F401
-                              results_table, write_results)
+from launch.sweep_dir import (atomic_write, check_finished_configs, is_finished,  # noqa: F401
+                              read_sweep, results_table, write_results)
+from transformer import schema
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -281,7 +282,7 @@ def plan(config, workdir: str, *, config_arg: str, python: str = "python",
   runs = expand(config)
   check_passthrough(config, runs, extra_flags)
   if module == "transformer.train":
-    check_run_configs(config, runs)
+    check_finished_configs(workdir, check_run_configs(config, runs))
   for r in runs:
     r["command"] = train_command(python, module, config_arg, os.path.join(workdir, r["name"]),
                                  r["overrides"], extra_flags)
@@ -305,12 +306,14 @@ def check_passthrough(config, runs: list[dict], extra_flags) -> None:
                        f"drop the flag, or take {key} off the sweep")
 
 
-def check_run_configs(config, runs: list[dict]) -> None:
+def check_run_configs(config, runs: list[dict]) -> dict[str, dict]:
   """The train command's own config checks on every run, before any is launched: a value
   that is the right type but wrong for the model (num_heads not dividing d_model) would
-  otherwise fail only when its run starts, after the runs before it have trained."""
+  otherwise fail only when its run starts, after the runs before it have trained. Returns
+  each run's flat config by name."""
   # Deferred: the checks import the model and data layers, which only a launch needs.
   from transformer.training.config_checks import check_config
+  planned = {}
   for r in runs:
     run_config = config.copy_and_resolve_references()
     with run_config.unlocked():
@@ -320,6 +323,8 @@ def check_run_configs(config, runs: list[dict]) -> None:
       check_config(run_config)
     except ValueError as e:
       raise ValueError(f"run {r['name']}: {e}") from None
+    planned[r["name"]] = schema.flatten(run_config.to_dict())
+  return planned
 
 
 def write_sweep_json(workdir: str, config, runs: list[dict], command: list[str]) -> str:

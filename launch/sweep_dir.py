@@ -22,6 +22,51 @@ def is_finished(run_dir: str) -> bool:
   return os.path.exists(os.path.join(run_dir, "summary.json"))
 
 
+def check_finished_configs(workdir: str, planned: dict[str, dict]) -> None:
+  """Refuse a plan whose finished runs (DIR/<name>/summary.json) were trained with other
+  settings than the plan gives them, checkpoint.BOOKKEEPING_KEYS and the sweep block aside:
+  skipped as finished, they would stand in for runs this sweep never trained (an edited
+  config file, or a run copied in). `planned`: run name -> its flat config. Keys only one
+  side has were added or removed since (the default of an added key keeps the old behaviour)."""
+  from transformer.training.checkpoint import BOOKKEEPING_KEYS  # noqa: PLC0415 (jax)
+  for name, now in planned.items():
+    run_dir = os.path.join(workdir, name)
+    saved = _saved_config(run_dir) if is_finished(run_dir) else None
+    if saved is None:
+      continue
+    differ = [k for k in sorted(saved.keys() & now.keys())
+              if k not in BOOKKEEPING_KEYS and not k.startswith("sweep.")
+              and _comparable(k, saved[k]) != _comparable(k, now[k])]
+    if differ:
+      raise ValueError(
+          f"{run_dir} finished with other settings than this sweep gives it ("
+          + ", ".join(f"{k}: {saved[k]!r} there vs {now[k]!r} now" for k in differ[:4])
+          + (", ..." if len(differ) > 4 else "") + "), so it would be skipped as this sweep's "
+          "run; use a new --workdir, or the settings it was trained with")
+
+
+def _saved_config(run_dir: str) -> dict | None:
+  """A finished run's flat config: its config.json, else its summary's copy (None if neither
+  reads)."""
+  try:
+    with open(os.path.join(run_dir, "config.json")) as f:
+      return schema.flatten(json.load(f))
+  except (OSError, ValueError, AttributeError):
+    pass
+  try:
+    with open(os.path.join(run_dir, "summary.json")) as f:
+      saved = json.load(f).get("config")
+    return saved if isinstance(saved, dict) else None
+  except (OSError, ValueError, AttributeError):
+    return None
+
+
+def _comparable(key: str, value):
+  if key == "train.init_from" and value:
+    return os.path.normpath(str(value))
+  return json.loads(json.dumps(value))  # JSON has no tuples
+
+
 def atomic_write(path: str, text: str) -> None:
   # Launchers on several hosts (or parallel array tasks) may write the same file; each writes
   # its own temporary and renames it, so a reader never sees half a file.

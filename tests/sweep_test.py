@@ -1,6 +1,8 @@
 """launch/sweep.py: --sweep/--trials/--sweep_seed (on a config without a sweep block), a
 launcher's --config flags against the swept keys, and tuple-valued axes."""
 
+import json
+
 import pytest
 
 from configs import lm
@@ -93,3 +95,23 @@ def test_a_sweep_and_an_experiment_refuse_each_others_directories(tmp_path):
                                        r"results.md this experiment would overwrite"):
     results.check_workdir(str(grid), "experiments.extrapolation.run")
   results.check_workdir(str(experiment), "experiments.extrapolation.run")
+
+
+def test_a_finished_run_trained_with_other_settings_is_not_taken_as_the_sweeps(tmp_path):
+  config = sweep.with_sweep_flag(lm.get_config("size=xs"), "opt.lr=1e-3,3e-3", trials=None)
+  planned = sweep.check_run_configs(config, sweep.expand(config))
+  run = tmp_path / "lr=0.001"
+  run.mkdir()
+  write = lambda flat: (run / "summary.json").write_text(json.dumps({"config": flat}))
+  # Where it ran and how it was logged: the same run (the plan is written).
+  write({**planned["lr=0.001"], "train.log_every": 7, "data.data_dir": "/elsewhere"})
+  sweep.plan(config, str(tmp_path), config_arg="configs/lm.py")
+  # An edited config file (or a run copied in): refused before anything launches.
+  write({**planned["lr=0.001"], "model.d_model": 32, "train.steps": 5})
+  with pytest.raises(ValueError, match=r"lr=0.001 finished with other settings than this sweep "
+                                       r"gives it \(model.d_model: 32 there vs 64 now, "
+                                       r"train.steps: 5 there vs \d+ now\), so it would be "
+                                       r"skipped as this sweep's run; use a new --workdir"):
+    sweep.plan(config, str(tmp_path), config_arg="configs/lm.py")
+  (run / "config.json").write_text(json.dumps({"model": {"d_model": 64}}))  # read first
+  sweep.plan(config, str(tmp_path), config_arg="configs/lm.py")
