@@ -57,10 +57,12 @@ def test_a_directory_flag_expands_a_leading_tilde(monkeypatch, tmp_path):
   """Bash leaves ~ unexpanded after `=`: `--workdir=~/x` would make a folder named ~ here."""
   monkeypatch.setenv("HOME", str(tmp_path))
   values = flags.FlagValues()
-  for name in ("workdir", "to_hf", "prompt"):
+  for name in ("workdir", "to_hf", "out", "prompt"):
     flags.DEFINE_string(name, None, "", flag_values=values)
-  values(["prog", "--workdir=~/runs/a", "--to_hf=~", "--prompt=~/not a path"])
+  values(["prog", "--workdir=~/runs/a", "--to_hf=~", "--out=~/tables", "--prompt=~/not a path"])
   cli.expand_home(values)
   assert values.workdir == f"{tmp_path}/runs/a" and values.to_hf == str(tmp_path)
-  assert values.prompt == "~/not a path"
+  assert values.out == f"{tmp_path}/tables" and values.prompt == "~/not a path"
   assert cli.directory("~/runs/b") == f"{tmp_path}/runs/b"
+  from transformer.training import init_from  # --config.train.init_from=~/runs/a:40
+  assert init_from.parse("~/runs/a:40") == (f"{tmp_path}/runs/a", 40)

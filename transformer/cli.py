@@ -80,10 +80,11 @@ def define_train_flags() -> None:
       "are unaffected.")
 
 
-# The programs' directory flags. Bash expands ~ only at the start of a word, so
-# `--workdir=~/x` arrives as "~/x" (and would make a folder named ~ in the cwd): expanded when
-# the flags are parsed.
-DIRECTORY_FLAGS = ("workdir", "to", "to_hf", "from", "from_hf")
+# The programs' path flags. Bash expands ~ only at the start of a word, so `--workdir=~/x`
+# arrives as "~/x" (and would make a folder named ~ in the cwd): expanded when the flags are
+# parsed.
+DIRECTORY_FLAGS = ("workdir", "to", "to_hf", "from", "from_hf", "out", "lm_workdir",
+                   "noise_from")
 
 
 def expand_home(values=FLAGS) -> None:

@@ -41,6 +41,7 @@ class Source:
 
 def parse(spec: str) -> tuple[str, int | None]:
   """"runs/a" -> ("runs/a", None); "runs/a:400" -> ("runs/a", 400)."""
+  spec = os.path.expanduser(spec)  # "~/runs/a" given through --config (no shell expands it)
   match = re.fullmatch(r"(.*?):(\d+)", spec)
   return (match.group(1), int(match.group(2))) if match else (spec, None)
 
