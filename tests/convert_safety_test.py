@@ -25,6 +25,28 @@ def test_workdir_round_trip(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, back["params"], variables["params"])
 
 
+def test_an_interrupted_conversion_leaves_nothing_for_the_retry_to_refuse(tmp_path,
+                                                                          monkeypatch):
+  from transformer.training import checkpoint
+  cfg = _ours("gpt2")
+  variables = _init(cfg)
+  real = checkpoint.save
+
+  def interrupted(*args, **kwargs):
+    raise KeyboardInterrupt
+  monkeypatch.setattr(checkpoint, "save", interrupted)
+  for to in (tmp_path / "new" / "run", tmp_path / "empty"):
+    if to.name == "empty":
+      to.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+      workdirs.save_workdir(cfg, variables, str(to))
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # no half-written run
+  assert not any((tmp_path / "empty").iterdir())
+  monkeypatch.setattr(checkpoint, "save", real)
+  workdirs.save_workdir(cfg, variables, str(tmp_path / "empty"))  # the retry
+  assert sorted(os.listdir(tmp_path / "empty")) == ["checkpoints", "config.json"]
+
+
 def test_export_of_a_missing_or_damaged_step_names_the_saved_steps(tmp_path):
   """--from WORKDIR --step N reads only an intact checkpoint of a step the run saved."""
   cfg = _ours("gpt2")

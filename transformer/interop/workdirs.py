@@ -14,6 +14,7 @@ from flax.linen import meta
 
 from transformer.interop.hf import _read_json, hf_config
 from transformer.model import models
+from transformer.training.workdir_cleanup import missing_folders
 
 
 # The run config around a converted model: each kind's built-in objective and dataset, with
@@ -134,8 +135,31 @@ def check_new_workdir(workdir: str) -> None:
 def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None) -> str:
   """Write a run directory holding these parameters as the checkpoint of step 0 (with the
   source's tokenizer files and special ids when `tokenizer_dir` is a HF directory).
-  `workdir` must not exist or be empty. Returns a line on the tokenizer, for the log."""
+  `workdir` must not exist or be empty. Returns a line on the tokenizer, for the log.
+
+  Everything is written into a sibling folder renamed into place at the end, so an
+  interrupted conversion leaves no half-written `workdir` for the retry to refuse."""
   check_new_workdir(workdir)
+  final = os.path.abspath(workdir)
+  made = missing_folders(os.path.dirname(final))  # removed again if the conversion fails
+  os.makedirs(os.path.dirname(final), exist_ok=True)
+  workdir = f"{final}.partial.{os.getpid()}"
+  shutil.rmtree(workdir, ignore_errors=True)
+  try:
+    note = _write_workdir(cfg, variables, workdir, tokenizer_dir, final)
+    os.replace(workdir, final)  # onto a missing or empty directory
+  except BaseException:
+    shutil.rmtree(workdir, ignore_errors=True)
+    for parent in made:
+      try:
+        os.rmdir(parent)
+      except OSError:
+        break
+    raise
+  return note
+
+
+def _write_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None, final: str) -> str:
   from transformer.training import checkpoint  # deferred: orbax is only needed here
   config = run_config(cfg)
   hf = _read_json(os.path.join(tokenizer_dir, "config.json")) if tokenizer_dir else {}
@@ -169,7 +193,8 @@ def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None)
     # package cannot read): say now what generate and fine-tuning will ask for.
     note = (f"no tokenizer.json in {tokenizer_dir or 'the source'}"
             + (f" (copied {', '.join(copied)})" if copied else "")
-            + f": put the model's tokenizer.json in {out}/ before generating (transformers' "
+            + f": put the model's tokenizer.json in {checkpoint.tokenizer_dir(final)}/ before "
+            f"generating (transformers' "
             f"AutoTokenizer save_pretrained writes one), or fine-tune with another "
             f"--config.data.tokenizer")
   manager = checkpoint.make_manager(workdir, keep=1, keep_best=0, async_save=False)
