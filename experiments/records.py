@@ -40,6 +40,7 @@ import sys
 # which restarts from its checkpoint or, on another machine, from scratch. A sweep's own
 # sweep.json (its design) is kept wherever it is.
 IN_FLIGHT = "in_flight"
+STASH_DIRS = (IN_FLIGHT, IN_FLIGHT + ".tmp", IN_FLIGHT + ".old")  # the stash, being replaced
 RECORD_FILES = ("summary.json", "config.json", "metrics.jsonl", "criterion.json",
                 "extrapolation_eval.json", "probes_eval.json")
 SWEEP_FILES = ("sweep.json",)
@@ -94,7 +95,7 @@ def _records(root: str):
     # The stash (in_flight/) is stash's and unstash's alone: copied as records it would come
     # back on the next save over a newer stash's files.
     dirs[:] = sorted(d for d in dirs if d != "checkpoints"
-                     and not (here == root and d == IN_FLIGHT))
+                     and not (here == root and d in STASH_DIRS))
     finished = "summary.json" in files
     for name in sorted(files):
       if (finished and name in RECORD_FILES) or _is_sweep_file(name):
@@ -111,7 +112,7 @@ def _live_run(root: str) -> str | None:
   for here, dirs, _ in os.walk(root):
     if "checkpoints" in dirs:
       return here
-    dirs[:] = sorted(d for d in dirs if not (here == root and d == IN_FLIGHT))
+    dirs[:] = sorted(d for d in dirs if not (here == root and d in STASH_DIRS))
   return None
 
 
@@ -202,7 +203,8 @@ def stash(runs: str, dest: str, globs: list[str]) -> list[str]:
                        f"checkpoint; name a chain's run directories relative to RUNS")
     chosen.append(max(found, key=lambda c: os.path.getmtime(os.path.join(c, "commit_success.txt"))))
   target = os.path.join(dest, IN_FLIGHT)
-  staging = target + ".tmp"
+  staging, earlier = target + ".tmp", target + ".old"
+  _recover_stash(dest)
   shutil.rmtree(staging, ignore_errors=True)
   for checkpoint in chosen:
     shutil.copytree(checkpoint, os.path.join(staging, os.path.relpath(checkpoint, runs)))
@@ -211,14 +213,26 @@ def stash(runs: str, dest: str, globs: list[str]) -> list[str]:
       if os.path.exists(os.path.join(run, name)):
         shutil.copy2(os.path.join(run, name),
                      os.path.join(staging, os.path.relpath(run, runs), name))
-  shutil.rmtree(target, ignore_errors=True)  # the previous stash goes only once this one is whole
+  # The previous stash goes only once this one is whole and in place: a kill between the two
+  # renames leaves it as in_flight.old, which the next stash or restore puts back.
+  if os.path.exists(target):
+    os.replace(target, earlier)
   os.replace(staging, target)
+  shutil.rmtree(earlier, ignore_errors=True)
   return [os.path.relpath(c, runs) for c in chosen]
+
+
+def _recover_stash(dest: str) -> None:
+  """A stash killed between its renames left only DEST/in_flight.old: put it back."""
+  target = os.path.join(dest, IN_FLIGHT)
+  if not os.path.exists(target) and os.path.isdir(target + ".old"):
+    os.replace(target + ".old", target)
 
 
 def unstash(dest: str, runs: str) -> list[str]:
   """dest/in_flight's checkpoints -> runs, for each run that has no checkpoint of its own, with
   the run's small files that runs lacks."""
+  _recover_stash(dest)
   source = os.path.join(dest, IN_FLIGHT)
   restored = []
   for here, dirs, files in os.walk(source):

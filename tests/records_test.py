@@ -154,6 +154,16 @@ def test_stash_keeps_each_chains_newest_checkpoint_and_restore_puts_it_back(tmp_
   assert (other / "kv/runs/t5_bias/seed1_warm/summary.json").exists()
   assert (other / "kv/runs/t5_bias/seed1_warm2/metrics.jsonl").read_text() == '{"step": 250}\n'
   assert records.unstash(str(saved), str(other)) == []  # its own checkpoint now
+  # A stash killed between its two renames left only in_flight.old: restore reads it, and
+  # neither save nor the swapped-arguments check takes its checkpoints for runs.
+  (saved / records.IN_FLIGHT).rename(saved / (records.IN_FLIGHT + ".old"))
+  records.copy(str(runs), str(saved), overwrite=True)
+  fresh = tmp_path / "fresh"
+  records.copy(str(saved), str(fresh), overwrite=False)
+  assert not (fresh / records.IN_FLIGHT).exists() and not (fresh / "in_flight.old").exists()
+  assert records.unstash(str(saved), str(fresh)) == [held[0]]
+  assert sorted(p.name for p in saved.iterdir() if p.name.startswith("in_flight")) == [
+      records.IN_FLIGHT]
   with pytest.raises(ValueError, match="no run directory"):
     records.stash(str(runs), str(saved), ["kv/runs/rope/*"])
 
