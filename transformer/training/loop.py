@@ -169,7 +169,8 @@ def _open_checkpoints(config, workdir, lock):
 def _finished_summary(config, workdir, latest) -> dict | None:
   """The summary of a run that already trained to train.steps (None if it has not): its
   re-run reports it and leaves every file as it was. Its final checkpoint must be there too:
-  one set aside as damaged (or whose save failed) is trained again."""
+  one set aside as damaged (or whose save failed) is trained again from an earlier one (with
+  none left, run_log.check_fresh_start refuses)."""
   path = os.path.join(workdir, "summary.json")
   if latest != config.train.steps or not os.path.exists(path):
     return None
