@@ -93,6 +93,13 @@ def test_u_test_needs_each_end_above_the_middle_by_two_standard_errors():
                             4: (255, n)})["u_shaped"]
   flat = probes.u_test({p: (500, n) for p in range(5)})
   assert flat["u_shaped"] is False
+  # Standard errors of two independent proportions of unequal sizes, from the formula.
+  u = probes.u_test({0: (90, 100), 1: (150, 300), 2: (240, 600), 3: (150, 300), 4: (60, 200)})
+  se = lambda pa, na, pb, nb: np.sqrt(pa * (1 - pa) / na + pb * (1 - pb) / nb)
+  assert u["middle_positions"] == [2] and u["middle"] == pytest.approx(0.4)
+  assert u["first_se"] == pytest.approx(se(0.9, 100, 0.4, 600))
+  assert u["last_se"] == pytest.approx(se(0.3, 200, 0.4, 600))
+  assert u["ends_se"] == pytest.approx(se(150 / 300, 300, 0.4, 600))
 
 
 def test_scheme_overrides_are_applied_and_bad_ones_refused():

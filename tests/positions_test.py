@@ -116,6 +116,39 @@ def test_rope_scalings_against_independent_formulas():
   assert np.all(np.diff(inv / yarn) >= -1e-6)  # interpolation grows monotonically
 
 
+def _yarn_reference(dim, base, scale, original, beta_fast=32.0, beta_slow=1.0):
+  """inv_freq of Peng et al.'s reference YaRN (find_correction_range, linear_ramp_mask)."""
+  def correction_dim(rotations):
+    return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+  low = max(math.floor(correction_dim(beta_fast)), 0)
+  high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+  extrapolation = [base ** (-2 * i / dim) for i in range(dim // 2)]
+  out = []
+  for i, f in enumerate(extrapolation):
+    extrapolate = 1 - min(max((i - low) / ((high - low) or 0.001), 0.0), 1.0)
+    out.append(f / scale * (1 - extrapolate) + f * extrapolate)
+  return out
+
+
+def test_every_yarn_and_partial_rope_frequency_matches_its_formula():
+  yarn, _, _ = positions.rope_frequencies(
+      position_config("rope", scaling="yarn", scaling_factor=4.0, original_max_len=256), 64, 1024)
+  np.testing.assert_allclose(yarn, _yarn_reference(64, 10000.0, 4.0, 256), rtol=1e-6)
+  # Partial rotation: the frequencies span the rotated dims, theta^(-2i / rot_dim).
+  inv, _, rot = positions.rope_frequencies(position_config("rope", rotary_fraction=0.5), 64, 128)
+  assert rot == 32
+  np.testing.assert_allclose(inv, 10000.0 ** (-np.arange(0, 32, 2) / 32), rtol=1e-6)
+
+
+def test_alibi_bias_is_minus_slope_times_distance_on_both_sides():
+  # Encoders see keys after the query too (the causal mask hides that side in decoders).
+  slopes = positions.alibi_slopes(4)
+  pos = jnp.arange(6)[None]
+  bias = np.asarray(positions.BIASES["alibi"](jnp.asarray(slopes), pos, pos, None))[0]
+  i, j = np.meshgrid(np.arange(6), np.arange(6), indexing="ij")
+  np.testing.assert_allclose(bias, -slopes[:, None, None] * np.abs(i - j)[None], rtol=1e-6)
+
+
 def test_alibi_slopes_are_the_papers_geometric_sequence():
   np.testing.assert_allclose(positions.alibi_slopes(8), [2.0 ** -(i + 1) for i in range(8)])
   np.testing.assert_allclose(positions.alibi_slopes(16), [2.0 ** (-(i + 1) / 2) for i in range(16)])
