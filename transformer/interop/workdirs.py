@@ -14,7 +14,7 @@ from flax.linen import meta
 
 from transformer.interop.hf import _read_json, hf_config
 from transformer.model import models
-from transformer.training.workdir_cleanup import missing_folders
+from transformer.training.workdir_cleanup import missing_folders, remove_empty
 
 
 # The run config around a converted model: each kind's built-in objective and dataset, with
@@ -150,11 +150,7 @@ def save_workdir(cfg, variables, workdir: str, tokenizer_dir: str | None = None)
     os.replace(workdir, final)  # onto a missing or empty directory
   except BaseException:
     shutil.rmtree(workdir, ignore_errors=True)
-    for parent in made:
-      try:
-        os.rmdir(parent)
-      except OSError:
-        break
+    remove_empty(made)
     raise
   return note
 

@@ -81,9 +81,14 @@ def remove_if_empty_handed(made: list[str]) -> bool:
     for name in os.listdir(made[0]):
       if is_run_entry(name) or name == ".lock":
         _remove(os.path.join(made[0], name))
-  for parent in made:
+  remove_empty(made)
+  return not os.path.exists(made[0])
+
+
+def remove_empty(folders: list[str]) -> None:
+  """Remove each folder, deepest first, as long as it is empty (missing_folders' order)."""
+  for folder in folders:
     try:
-      os.rmdir(parent)
+      os.rmdir(folder)
     except OSError:
       break
-  return not os.path.exists(made[0])
