@@ -41,7 +41,7 @@ def test_offline_run_gets_the_history_and_a_resume_reuses_the_id(tmp_path, offli
   for step in (1, 2, 3):
     log.metrics(step, {"loss": 4.0 - step, "note": "not a number"})
   log.close()
-  stored = open(workdir / wandb_log.ID_FILE).read().strip()
+  stored = open(workdir / wandb_log.ID_FILE).read().split()[0]
 
   log = run_log.RunLog(str(workdir), total_steps=5, enabled=True, start_step=3,
                        wandb_project="tests")
@@ -69,13 +69,40 @@ def test_train_command_logs_to_wandb_and_its_resume_continues_the_run(tmp_path, 
   config.train.steps = 5  # the same run, trained further: a resume
   summary = loop.train_and_evaluate(config, workdir)
   first, second = wandb_records.offline_runs(offline)
-  stored = open(os.path.join(workdir, wandb_log.ID_FILE)).read().strip()
+  stored = open(os.path.join(workdir, wandb_log.ID_FILE)).read().split()[0]
   assert first["id"] == second["id"] == stored
   losses = tiny_run.losses(workdir)
   logged = {r["_step"]: r["loss"] for run in (first, second) for r in run["history"]}
   assert logged == pytest.approx(losses) and sorted(logged) == [1, 2, 3, 4, 5]
   assert first["config"]["model.d_model"] == 64
   assert second["summary"]["final_eval_loss"] == pytest.approx(summary["final_eval_loss"])
+
+
+def test_a_moved_workdir_keeps_its_run_and_a_copy_gets_a_new_one(tmp_path):
+  """`cp -r run branch` then training the branch must not log into the original's W&B run
+  (each would overwrite the other's steps); `mv run elsewhere` continues it."""
+  import shutil
+  original = tmp_path / "run"
+  original.mkdir()
+  first = wandb_log.run_id(str(original))
+  assert wandb_log.run_id(str(original)) == first  # a resume
+
+  shutil.copytree(original, tmp_path / "branch")
+  branch = wandb_log.run_id(str(tmp_path / "branch"))
+  assert branch != first and len(branch) == 8
+  assert wandb_log.run_id(str(tmp_path / "branch")) == branch  # the branch's resume
+  assert wandb_log.run_id(str(original)) == first  # the original is untouched
+
+  shutil.move(str(original), str(tmp_path / "moved"))
+  assert wandb_log.run_id(str(tmp_path / "moved")) == first
+  assert wandb_log.run_id(str(tmp_path / "moved")) == first  # and its path is updated
+
+  # A file from before the path was kept: the id is kept, the path recorded from now on.
+  old = tmp_path / "old"
+  old.mkdir()
+  (old / wandb_log.ID_FILE).write_text("abcd1234\n")
+  assert wandb_log.run_id(str(old)) == "abcd1234"
+  assert (old / wandb_log.ID_FILE).read_text() == f"abcd1234\n{old}\n"
 
 
 def test_wandb_without_a_login_is_one_line_saying_how_to_log_in(tmp_path):

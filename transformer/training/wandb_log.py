@@ -1,14 +1,15 @@
 """An optional Weights & Biases writer (`--config.log.wandb_project=NAME`, the `wandb` extra).
 
 The run id lives in `<workdir>/wandb_run_id`, so a resumed run continues the same W&B run
-(`resume="allow"`) instead of starting a new one. W&B's own files go to `<workdir>/wandb`
-unless WANDB_DIR says where; WANDB_MODE=offline keeps everything there (`wandb sync` uploads
-it later). W&B keeps the first value it got for a step: unlike metrics.jsonl and the
-TensorBoard files, the points a killed session logged past its last checkpoint are not cut
-back there (the resumed session's values of those steps are the same on CPU, where resume
-is bitwise).
+(`resume="allow"`) instead of starting a new one; a copy of the workdir at another path
+gets a new one (run_id). W&B's own files go to `<workdir>/wandb` unless WANDB_DIR says
+where; WANDB_MODE=offline keeps everything there (`wandb sync` uploads it later). W&B keeps
+the first value it got for a step: unlike metrics.jsonl and the TensorBoard files, the
+points a killed session logged past its last checkpoint are not cut back there (the resumed
+session's values of those steps are the same on CPU, where resume is bitwise).
 """
 
+import logging
 import os
 import secrets
 import string
@@ -28,18 +29,45 @@ def check_config(project: str) -> None:
                      f"installed: {INSTALL} (or leave log.wandb_project empty)") from None
 
 
-def run_id(workdir: str) -> str:
-  """The workdir's W&B run id, made and stored (atomically) on first use."""
-  path = os.path.join(workdir, ID_FILE)
-  if os.path.exists(path):
-    with open(path) as f:
-      return f.read().strip()
+def _new_id() -> str:
   # W&B's own ids: 8 characters of [a-z0-9].
-  new = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+  return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
+def _read(path: str) -> tuple[str, str]:
+  """(run id, the absolute workdir it was made in, or "" in files from before it was kept)."""
+  with open(path) as f:
+    lines = f.read().split("\n")
+  return lines[0].strip(), (lines[1].strip() if len(lines) > 1 else "")
+
+
+def _write(path: str, run: str, workdir: str) -> None:
   with open(path + ".tmp", "w") as f:
-    f.write(new + "\n")
+    f.write(f"{run}\n{workdir}\n")
   os.replace(path + ".tmp", path)
-  return new
+
+
+def run_id(workdir: str) -> str:
+  """The workdir's W&B run id, made and stored (atomically) on first use, with the absolute
+  workdir it belongs to. A workdir copied to another path (`cp -r run1 run2` to branch a
+  run) would otherwise log both runs into one W&B run, each overwriting the other's steps:
+  when the recorded workdir still exists and holds the same id, this one is a copy and gets
+  a new id. A workdir moved (the recorded one is gone, or holds another id) keeps its id."""
+  workdir = os.path.abspath(workdir)
+  path = os.path.join(workdir, ID_FILE)
+  if not os.path.exists(path):
+    run = _new_id()
+  else:
+    run, made_in = _read(path)
+    if made_in == workdir:
+      return run
+    original = os.path.join(made_in, ID_FILE)
+    if made_in and os.path.exists(original) and _read(original)[0] == run:
+      logging.warning("%s is a copy of %s, whose W&B run is %s: logging to a new W&B run",
+                      workdir, made_in, run)
+      run = _new_id()
+  _write(path, run, workdir)
+  return run
 
 
 class WandbWriter:
