@@ -60,6 +60,74 @@ def test_packed_documents_equal_separate_documents(kind, scheme):
   assert np.isfinite(np.asarray(out)).all()  # padding rows see nothing, yet no NaN
 
 
+def test_packed_encoder_decoder_rows_equal_separate_examples():
+  """The seq2seq pipeline packs examples: each packed pair (encoder and decoder segments with
+  restarting positions) gives the logits of that example alone. One batch, one compile: row
+  0 packs a and b, rows 1 and 2 hold a and b alone, right-padded (segment 0)."""
+  cfg, model, variables = built("encoder_decoder", "rope")
+  enc_a, enc_b, dec_a, dec_b = (np.asarray(tokens((1, n), seed))[0] for n, seed in
+                                ((4, 5), (5, 6), (3, 7), (4, 8)))
+  pad = lambda x, n: np.pad(x, (0, n - len(x)))
+  seg = lambda *lengths: np.concatenate([np.full(n, i + 1) for i, n in enumerate(lengths)])
+  enc = np.stack([np.concatenate([enc_a, enc_b]), pad(enc_a, 9), pad(enc_b, 9)])
+  dec = np.stack([np.concatenate([dec_a, dec_b]), pad(dec_a, 7), pad(dec_b, 7)])
+  out = model.apply(variables, jnp.asarray(enc), jnp.asarray(dec),
+                    encoder_segment_ids=jnp.asarray([seg(4, 5), pad(seg(4), 9), pad(seg(5), 9)]),
+                    decoder_segment_ids=jnp.asarray([seg(3, 4), pad(seg(3), 7), pad(seg(4), 7)]),
+                    encoder_positions=jnp.asarray([list(range(4)) + list(range(5))] + [
+                        list(range(9))] * 2),
+                    decoder_positions=jnp.asarray([list(range(3)) + list(range(4))] + [
+                        list(range(7))] * 2))
+  np.testing.assert_allclose(out[0, :3], out[1, :3], atol=1e-5)
+  np.testing.assert_allclose(out[0, 3:], out[2, :4], atol=1e-5)
+
+
+def test_a_prefix_lm_decoder_sees_its_whole_prefix_and_not_the_future():
+  """prefix_BL (a prefix LM, Raffel et al. 2020): prefix tokens attend to each other both
+  ways; the rest stays causal."""
+  cfg, model, variables = built("decoder", "rope")
+  x = tokens((1, 6), 9)
+  prefix = jnp.asarray([[True] * 4 + [False] * 2])
+  out = model.apply(variables, x, prefix_BL=prefix)
+  later_prefix = model.apply(variables, x.at[0, 3].set((x[0, 3] + 1) % cfg.vocab_size),
+                             prefix_BL=prefix)
+  assert np.abs(out[0, 0] - later_prefix[0, 0]).max() > 1e-5  # position 0 reads token 3
+  last = model.apply(variables, x.at[0, 5].set((x[0, 5] + 1) % cfg.vocab_size), prefix_BL=prefix)
+  np.testing.assert_allclose(out[0, :5], last[0, :5], atol=1e-6)  # nobody reads the future
+
+
+def test_scaled_embeddings_are_the_table_times_sqrt_d_model():
+  cfg = tiny("decoder", "none", scale_embeddings=True)
+  embedder = models.Embedder(cfg)
+  x = tokens((2, 3), 10)
+  variables = embedder.init(jax.random.key(0), x)
+  table = np.asarray(variables["params"]["embedding"].unbox())
+  np.testing.assert_allclose(embedder.apply(variables, x), table[np.asarray(x)] *
+                             np.sqrt(cfg.d_model), rtol=1e-6)
+
+
+def test_scanned_layers_draw_their_own_dropout_masks():
+  """Under nn.scan every layer must split the dropout rng (split_rngs): a shared key would
+  drop the same units in every layer."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  cfg, model, variables = built("decoder", "rope", scan_layers=True, dropout_rate=0.5)
+
+  def record(next_fun, args, kwargs, context):
+    out = next_fun(*args, **kwargs)
+    if isinstance(context.module, nn.Dropout) and context.method_name == "__call__":
+      context.module.sow("intermediates", "kept", out != 0)
+    return out
+
+  with nn.intercept_methods(record):
+    _, state = model.apply(variables, tokens((1, 8), 11), deterministic=False,
+                           rngs={"dropout": jax.random.key(0)}, mutable=["intermediates"])
+  masks = [np.asarray(m) for path, m in jax.tree_util.tree_leaves_with_path(state)
+           if "ffn" in jax.tree_util.keystr(path)]
+  assert masks and masks[0].shape[0] == cfg.num_layers == 2, [m.shape for m in masks]
+  per_layer = masks[0].reshape(cfg.num_layers, -1)  # scan stacks the layers first
+  assert (per_layer[0] != per_layer[1]).any()
+
+
 @pytest.mark.parametrize("scheme", ["learned", "t5_bias", "rope"])
 def test_encoder_decoder_cross_attention_respects_encoder_padding(scheme):
   cfg, model, variables = built("encoder_decoder", scheme)
