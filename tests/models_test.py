@@ -106,6 +106,16 @@ def test_scaled_embeddings_are_the_table_times_sqrt_d_model():
                              np.sqrt(cfg.d_model), rtol=1e-6)
 
 
+def test_attention_dropout_path_equals_the_implementations_at_a_vanishing_rate():
+  """Attention dropout materializes the weights and groups the heads itself (8 query heads
+  on 2 key/value heads, G = 4 != K): at a rate of 1e-7 it gives the deterministic output."""
+  cfg, model, variables = built("decoder", "rope", num_heads=8, attention_dropout_rate=1e-7)
+  x = tokens((2, 6), 12)
+  want = model.apply(variables, x)
+  got = model.apply(variables, x, deterministic=False, rngs={"dropout": jax.random.key(1)})
+  np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def test_scanned_layers_draw_their_own_dropout_masks():
   """Under nn.scan every layer must split the dropout rng (split_rngs): a shared key would
   drop the same units in every layer."""
