@@ -117,8 +117,12 @@ def reference(tmp_path_factory):
       torch, T = _hf()
       torch.manual_seed(0)
       path = str(tmp_path_factory.mktemp(name))
+      hf = REFERENCES[name](T)
+      with torch.no_grad():  # fresh biases are 0 and norm scales 1: a wrong bias would pass
+        for p in hf.parameters():
+          p.add_(0.1 * torch.randn_like(p))
       # Sharded with an index, as large checkpoints are published.
-      REFERENCES[name](T).save_pretrained(path, max_shard_size="20KB" if name == "llama3"
+      hf.save_pretrained(path, max_shard_size="20KB" if name == "llama3"
                                           else "5GB")
       if name == "t5_v11":  # T5 v1.1 checkpoints carry a head separate from the embedding
         _add_separate_t5_head(path)
