@@ -8,6 +8,7 @@ which models_test already ties to the unpadded sequences.
 import functools
 import itertools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -188,6 +189,18 @@ def _draws(probs, temperature=1.0, top_k=0, top_p=1.0, n=4000):
   return np.bincount(np.asarray(out), minlength=len(probs)) / n
 
 
+def test_no_stop_tokens_means_every_step_runs_even_after_pad_ids():
+  """With stop_tokens=() nothing ends a row early, not even the PAD_ID (0) that the stop
+  list's padding must not stand for: every position gets the logits of a step."""
+  _, model, params = built("decoder", "rope", head_bias=True)
+  params = nn.unbox(params)
+  params = {**params, "head": {**params["head"], "bias": params["head"]["bias"].at[decode.PAD_ID].set(50.0)}}
+  out, logits = decode.generate(model, params, [[1, 5, 6]], max_new_tokens=4, stop_tokens=(),
+                                return_logits=True)
+  assert (out == decode.PAD_ID).all()  # the model emits PAD_ID every step ...
+  assert (np.abs(np.asarray(logits[0])).max(-1) > 0).all()  # ... and every step ran
+
+
 def test_sample_filters_and_temperature():
   probs = [0.05, 0.5, 0.15, 0.3]
   np.testing.assert_allclose(_draws(probs), probs, atol=0.03)
@@ -195,6 +208,8 @@ def test_sample_filters_and_temperature():
   # Nucleus: 0.5 + 0.3 reaches 0.7; at p = 0.5 the top token alone reaches it.
   assert set(np.nonzero(_draws(probs, top_p=0.7))[0]) == {1, 3}
   assert set(np.nonzero(_draws(probs, top_p=0.5))[0]) == {1}
+  # Both: top-2 renormalized is 0.625 and 0.375, so at p = 0.6 the top token alone reaches it.
+  assert set(np.nonzero(_draws(probs, top_k=2, top_p=0.6))[0]) == {1}
   hot = np.asarray(probs) ** 0.5 / np.sum(np.asarray(probs) ** 0.5)  # temperature 2
   np.testing.assert_allclose(_draws(probs, temperature=2.0), hot, atol=0.03)
   assert set(np.nonzero(_draws(probs, temperature=0.0))[0]) == {1}
@@ -231,6 +246,42 @@ def test_beam_search_finds_the_exhaustive_best_with_length_penalty():
       assert tuple(tokens_BWT[b, w, :len(seq)]) == seq
       assert (tokens_BWT[b, w, len(seq):] == decode.PAD_ID).all()
       np.testing.assert_allclose(scores_BW[b, w], score, atol=1e-5)
+
+
+def _beam_search_reference(logp_of, V, W, T, alpha, eos):
+  """Beam search as its docstring states it, in plain Python and with no early stop: each
+  step extends the W alive hypotheses by every token, keeps the best 2W; those ending in eos
+  are finished (scored log p / ((5 + n) / 6) ** alpha), the best W others stay alive; at T
+  the alive ones are scored at length T and everything is ranked."""
+  penalty = lambda n: ((5 + n) / 6) ** alpha
+  alive, finished = [((), 0.0)], []
+  for _ in range(T):
+    candidates = sorted(((seq + (v,), lp + logp_of(seq)[v]) for seq, lp in alive
+                         for v in range(V)), key=lambda c: -c[1])[:2 * W]
+    finished += [(seq, lp / penalty(len(seq))) for seq, lp in candidates if seq[-1] == eos]
+    alive = [c for c in candidates if c[0][-1] != eos][:W]
+  finished += [(seq, lp / penalty(T)) for seq, lp in alive]
+  return sorted(finished, key=lambda c: -c[1])[:W]
+
+
+@pytest.mark.parametrize("eos_bias,alpha", [(6.0, 5.0), (3.0, 0.6)])
+def test_beam_search_equals_a_reference_that_never_stops_early(eos_bias, alpha):
+  """2 beams of a 37-token decoder with a likely EOS, so that hypotheses finish early and
+  the early stop (no alive beam can still beat the worst finished one) decides; a wrong
+  bound there (at a strong length penalty) returned a worse ranking."""
+  _, model, params = built("decoder", "rope", head_bias=True)
+  params = nn.unbox(params)
+  params = {**params, "head": {**params["head"], "bias": params["head"]["bias"].at[decode.EOS_ID].set(eos_bias)}}
+  prompt, W, T = [1, 5, 6], 2, 8
+  last = jax.jit(lambda t: jax.nn.log_softmax(model.apply({"params": params}, t)[0, -1]))
+  logp_of = functools.lru_cache(None)(lambda seq: np.asarray(last(jnp.asarray([prompt + list(
+      seq)]))))
+  want = _beam_search_reference(logp_of, 37, W, T, alpha, decode.EOS_ID)
+  tokens_BWT, scores_BW = beam_search.beam_search(model, params, [prompt], max_new_tokens=T,
+                                                  beam_size=W, length_penalty_alpha=alpha)
+  np.testing.assert_allclose(scores_BW[0], [score for _, score in want], atol=1e-4)
+  for w, (seq, _) in enumerate(want):
+    assert tuple(tokens_BWT[0, w, :len(seq)]) == seq
 
 
 def test_one_beam_without_penalty_is_greedy():
