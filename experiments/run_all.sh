@@ -48,13 +48,31 @@ P=$RUNS/probes/grammar_corpus
 SCHEMES="none sinusoidal sinusoidal_unscaled learned rope alibi t5_bias"  # configs/extrapolation.py
 KV_SCHEMES="none sinusoidal learned rope alibi t5_bias"  # configs/probes.py kv_schemes
 PRETRAINED=" rope alibi none "  # configs/probes.py kv_pretrained_schemes
+# The retrieval attempts the committed results trained (their results.md's command), which
+# differ from configs/probes.py's defaults: a third attempt for none and learned, RoPE's and
+# T5's own caps, and the LM-pretrained runs' lr retry only (they stopped there when the
+# curriculum was added). With the defaults, a restored sweep would train attempts the records
+# never had, and the LM-pretrained ones need checkpoints the records do not keep.
+LR="opt.lr=3e-4;opt.warmup_steps=500"
+CURRICULUM="kv_warm_pairs=2,4,8,16"
+THIRD="model.scale_embeddings=True;$CURRICULUM;kv_max_steps=3000"
+KV_RETRY=(
+  "--config.experiment.kv_retry.learned=$LR | $CURRICULUM | $THIRD"
+  "--config.experiment.kv_retry.none=$LR | $CURRICULUM | $THIRD"
+  "--config.experiment.kv_retry.rope=$LR;kv_max_steps=3000 | $CURRICULUM;kv_max_steps=3000"
+  "--config.experiment.kv_retry.t5_bias=$LR | $CURRICULUM;kv_max_steps=3000"
+  "--config.experiment.kv_retry.sinusoidal_unscaled=$LR"
+  "--config.experiment.kv_pretrained_retry.alibi=$LR"
+  "--config.experiment.kv_pretrained_retry.none=$LR"
+  "--config.experiment.kv_pretrained_retry.rope=$LR;kv_max_steps=3000"
+)
 language_model() {  # language_model SCHEME SEED
   step "extrapolation and probes: $1 seed $2"
   $PY -m experiments.extrapolation.run --config configs/extrapolation.py --workdir "$E" \
       --config.experiment.schemes="$1" --config.experiment.seeds="$2"
   local pretrained=""
   [[ "$2" == 0 && "$PRETRAINED" == *" $1 "* ]] && pretrained=$1
-  $PY -m experiments.probes.run --config configs/probes.py --workdir "$P" \
+  $PY -m experiments.probes.run --config configs/probes.py --workdir "$P" "${KV_RETRY[@]}" \
       --config.experiment.lm_workdir="$E" --config.experiment.schemes="$1" \
       --config.experiment.seeds="$2" --config.experiment.kv_schemes= \
       --config.experiment.kv_pretrained_schemes="$pretrained"
@@ -67,14 +85,14 @@ $PY -m experiments.extrapolation.run --config configs/extrapolation.py --workdir
 publish "$E" "$R/extrapolation/results/grammar_corpus"
 for scheme in $KV_SCHEMES; do
   step "retrieval model: $scheme"
-  $PY -m experiments.probes.run --config configs/probes.py --workdir "$P" \
+  $PY -m experiments.probes.run --config configs/probes.py --workdir "$P" "${KV_RETRY[@]}" \
       --config.experiment.lm_workdir="$E" --config.experiment.schemes="$scheme" \
       --config.experiment.seeds=0 --config.experiment.kv_schemes="$scheme" \
       --config.experiment.kv_pretrained_schemes=
   save
 done
 step "probes: results"  # trains nothing either
-$PY -m experiments.probes.run --config configs/probes.py --workdir "$P" \
+$PY -m experiments.probes.run --config configs/probes.py --workdir "$P" "${KV_RETRY[@]}" \
     --config.experiment.lm_workdir="$E"
 publish "$P" "$R/probes/results/grammar_corpus"
 save
