@@ -13,7 +13,7 @@ import tensorflow_datasets as tfds
 
 from helpers.tiny_run import tiny_data
 from transformer import data
-from transformer.data import builders, grammar, kv_retrieval, featurize, sources
+from transformer.data import builders, grammar, kv_retrieval, featurize, sources, tokenizers
 
 
 def _records(config, split):
@@ -315,8 +315,10 @@ def test_mlm_masking_proportions(data_dir):
     selected += chosen.sum()
     masked += (chosen & (batch["inputs"] == tokenizer.mask_id)).sum()
     kept += (chosen & (batch["inputs"] == batch["targets"])).sum()
-    randomized += (chosen & (batch["inputs"] != batch["targets"])
-                   & (batch["inputs"] != tokenizer.mask_id)).sum()
+    random_BL = chosen & (batch["inputs"] != batch["targets"]) & (
+        batch["inputs"] != tokenizer.mask_id)
+    randomized += random_BL.sum()
+    assert (batch["inputs"][random_BL] >= tokenizers.NUM_SPECIAL).all()  # no BOS, EOS, mask
     assert (batch["inputs"][~chosen] == batch["targets"][~chosen]).all()
   assert selected > 3000
   assert abs(selected / real - 0.15) < 0.01

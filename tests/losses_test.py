@@ -58,3 +58,12 @@ def test_config_errors_are_one_line_and_name_the_choices():
     losses.check_config(schema.objective_config("clm"), "decoder")
   with pytest.raises(ValueError, match="trains a 'encoder' model"):
     losses.check_config(schema.objective_config("mlm"), "decoder")
+
+
+def test_mlm_bytes_read_each_targets_left_neighbour_in_the_unmasked_row():
+  """An MLM row's targets are the whole unmasked text, so the token before a target is the
+  target to its left: the first text token (after BOS) takes row 1 of the table (no dummy
+  prefix), the others row 0."""
+  table_2V = jnp.asarray([[0, 0, 0, 1, 2, 3], [0, 0, 0, 10, 20, 30]])
+  batch = {"targets": jnp.asarray([[1, 3, 4, 5]]), "weights": jnp.asarray([[0., 1., 1., 1.]])}
+  assert float(losses.target_bytes("mlm", batch, table_2V, bos_id=1)) == 10 + 2 + 3

@@ -26,6 +26,10 @@ def test_cosine_warms_up_then_ends_at_floor():
 def test_linear_and_constant():
   lin = optim.make_schedule(_cfg(lr=2.0, schedule="linear", warmup_steps=0, min_lr_ratio=0.0), 100)
   assert float(lin(50)) == pytest.approx(1.0)
+  # With a warm-up the decay spans the steps after it: halfway at step 60 of 10 + 100.
+  lin = optim.make_schedule(_cfg(lr=1.0, schedule="linear", warmup_steps=10, min_lr_ratio=0.1),
+                            110)
+  assert [float(lin(i)) for i in (9, 60, 110)] == pytest.approx([1.0, 0.55, 0.1])
   const = optim.make_schedule(_cfg(lr=2.0, schedule="constant", warmup_steps=4), 100)
   assert [float(const(i)) for i in (0, 3, 99)] == pytest.approx([0.5, 2.0, 2.0])
 
@@ -131,3 +135,8 @@ def test_clipping_bounds_the_update_of_sgd():
                                  schedule="constant", clip_norm=1.0, weight_decay=0.0), 10)
   updates, _ = tx.update({"w": jnp.array([30.0, 40.0])}, tx.init(params), params)
   np.testing.assert_allclose(updates["w"], [-0.6, -0.8], rtol=1e-6)
+  # clip_norm 0 is off (the config's "0 = off"), not a clip to nothing.
+  tx = optim.make_optimizer(_cfg(name="sgd", momentum=0.0, lr=1.0, warmup_steps=0,
+                                 schedule="constant", clip_norm=0.0, weight_decay=0.0), 10)
+  updates, _ = tx.update({"w": jnp.array([30.0, 40.0])}, tx.init(params), params)
+  np.testing.assert_allclose(updates["w"], [-30.0, -40.0])

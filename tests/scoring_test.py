@@ -38,3 +38,16 @@ def test_rows_that_fit_a_learned_table_are_not_padded_past_it():
   row = np.asarray([[tok.bos_id] + tok.encode("a" * 30) + tok.encode("bcd")])
   logp, _ = scorer.continuation_scores(tok, ["a" * 30], ["bcd"], batch_size=1)
   assert logp[0] == pytest.approx(-scorer.token_losses(row)[0][0, 30:].sum(), abs=1e-4)
+
+
+def test_token_losses_of_packed_documents_equal_each_scored_alone():
+  """token_losses shifts the segment ids with the inputs, so a packed row's losses within
+  each document are that document's alone (the target crossing into the next one aside)."""
+  from tests.helpers.tiny_models import built
+  cfg, _, params = built("decoder", "rope")
+  scorer = Scorer(cfg, params)
+  a, b = [1, 5, 6, 7], [1, 9, 10, 11, 12]
+  packed, _ = scorer.token_losses([a + b], [[1] * len(a) + [2] * len(b)])
+  alone_a, alone_b = scorer.token_losses([a])[0], scorer.token_losses([b])[0]
+  np.testing.assert_allclose(packed[0, :len(a) - 1], alone_a[0], atol=1e-5)
+  np.testing.assert_allclose(packed[0, len(a):], alone_b[0], atol=1e-5)
