@@ -323,10 +323,15 @@ def test_retrieval_plot_keeps_each_models_colour_in_every_panel(tmp_path, monkey
   import matplotlib.pyplot as plt  # noqa: PLC0415
   from experiments.probes import plots, run  # noqa: PLC0415
   row = lambda acc: {"accuracy_by_position": {
-      str(p): {"accuracy": acc, "wilson95": run.wilson(round(acc * 100), 100)} for p in range(3)}}
+      str(p): {"accuracy": acc, "n": 100, "wilson95": run.wilson(round(acc * 100), 100)}
+      for p in range(3)}}
+  # A cache from before Wilson's bounds were clamped: an upper bound a hair below 1.0 (the
+  # plot recomputes the interval; this one would be a negative error bar).
+  stale = row(1.0)
+  stale["accuracy_by_position"]["0"]["wilson95"] = [0.96, 1.0 - 1e-12]
   results = {"kv_train_pairs": 8, "kv_min_pairs": 2, "retrieval": {
       "learned": {"0": {"8": row(0.1), "16": {"not_applicable": "beyond max_len"}}},
-      "rope": {"0": {"8": row(0.5), "16": row(0.4)}},
+      "rope": {"0": {"8": row(0.5), "16": stale}},
       "alibi": {"0": {"8": row(0.9), "16": row(0.8)}}},
       "retrieval_criterion": {s: {"0": {"met": s != "learned"}} for s in ("learned", "rope",
                                                                           "alibi")}}

@@ -105,8 +105,12 @@ def retrieval(results: dict, path: str) -> str:
         continue
       ps = sorted(row, key=int)
       ys = np.array([row[p]["accuracy"] for p in ps])
-      err = np.array([[row[p]["accuracy"] - row[p]["wilson95"][0] for p in ps],
-                      [row[p]["wilson95"][1] - row[p]["accuracy"] for p in ps]])
+      # Wilson's interval from the items, not the cached "wilson95": caches from before its
+      # bounds were clamped to the proportion hold bounds a hair past it at 0 and 1, which
+      # are negative error bars that matplotlib refuses.
+      bounds = np.array([wilson(round(row[p]["accuracy"] * row[p]["n"]), row[p]["n"])
+                         for p in ps])
+      err = np.array([ys - bounds[:, 0], bounds[:, 1] - ys])
       xs = [int(p) + 1 for p in ps]
       handles[label] = ax.errorbar(
           xs, ys, yerr=err, marker="o", capsize=2, color=f"C{i % 10}",
