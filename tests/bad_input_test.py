@@ -118,6 +118,27 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, command, want):
   assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("line,program,want", [
+    ("config.data.seqlen = 128", "transformer.train",
+     "unknown config key data.seqlen, which nothing reads; did you mean data.seq_len?"),
+    ("config.model.position.thetta = 1e4", "launch.local",
+     "unknown config key model.position.thetta, which nothing reads; did you mean "
+     "model.position.theta?"),
+    ("config.trian = config.train", "transformer.train",
+     "unknown config block 'trian'; did you mean train?"),
+])
+def test_a_typo_inside_a_config_file_is_one_line(tmp_path, line, program, want):
+  """A key set in a config file (not on the command line, which ml_collections checks) that
+  nothing reads: the run would silently train with the default."""
+  (tmp_path / "typo.py").write_text("from configs import lm\n\n\ndef get_config():\n"
+                                    f"  config = lm.get_config('size=xs')\n  {line}\n"
+                                    "  return config\n")
+  extra = ["--sweep=opt.lr=1e-3", "--dry_run"] if program == "launch.local" else []
+  proc = _cli(tmp_path, program, "--config", "typo.py", "--workdir", "w", *extra)
+  assert want in _one_error_line(proc)
+  assert os.listdir(tmp_path) == ["typo.py"]
+
+
 @pytest.mark.parametrize("command", [
     ["launch.local", "--config", LM, "--sweep=opt.lr=1e-3", "--workdir", "afile"],
     ["experiments.extrapolation.run", "--config", EXTRAPOLATION, "--workdir", "afile"],

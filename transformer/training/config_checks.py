@@ -4,15 +4,48 @@ Each is a one-line ValueError naming the key and what to do, so a typo costs sec
 than a compile (train_and_evaluate calls this first; tests/bad_input_test.py covers it).
 """
 
+import difflib
 import math
 
-from transformer import data
+from transformer import data, schema
 from transformer.model import models, positions
 from transformer.training import losses, optim, profiling, sharding, wandb_log
 
 
+# Top-level blocks that programs other than the train command read (experiments/, launch/).
+PROGRAM_BLOCKS = ("experiment", "sweep")
+
+
+def check_keys(config) -> None:
+  """Refuse a key that no block of the schema has. A mistyped `--config.data.seqlen=...` is
+  refused when the flags are parsed (the loaded config is locked), but `data_config.seqlen =
+  128` in a config file adds a key that nothing reads: the run would train at the default
+  seq_len. Blocks beyond the schema's (an experiment's `experiment`, a sweep's `sweep`) are
+  their programs' to check."""
+  defaults = schema.experiment_config(schema.model_config(), data.default_config(),
+                                      schema.objective_config("lm"))
+  blocks = sorted([*defaults.keys(), *PROGRAM_BLOCKS])
+  for block in config.keys():
+    if block not in blocks:
+      close = difflib.get_close_matches(block, blocks, n=1)
+      raise ValueError(f"unknown config block {block!r}; "
+                       + (f"did you mean {close[0]}?" if close else f"the blocks are "
+                          f"{', '.join(blocks)}"))
+  for block in ("model", "model.position", "data", "objective", "train", "opt", "log", "mesh"):
+    node, known = config, defaults
+    for part in block.split("."):
+      node, known = node.get(part) if node is not None else None, known[part]
+    for key in (node.keys() if node is not None else ()):
+      if key not in known:
+        close = difflib.get_close_matches(key, list(known.keys()), n=1)
+        hint = f"did you mean {block}.{close[0]}?" if close else (
+            f"{block} has {', '.join(sorted(known.keys()))}")
+        raise ValueError(f"unknown config key {block}.{key}, which nothing reads; {hint}")
+
+
 def check_config(config) -> None:
   """Every mistake we can spot from the config alone, each as a one-line error."""
+  check_keys(config)
   models.validate(config.model)
   losses.check_config(config.objective, config.model.kind)
   optim.check_config(config.opt)
