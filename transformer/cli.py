@@ -16,6 +16,8 @@ they are imported as entry points; library modules define no flags.
 """
 
 import os
+import signal
+import sys
 import traceback
 from typing import Callable, Sequence
 
@@ -48,7 +50,14 @@ def run(main: Callable[[list[str]], None], *, required: Sequence[str] = (),
     if not FLAGS["verbosity"].present:
       logging.set_verbosity(verbosity)
     try:
-      return main(argv)
+      result = main(argv)
+      sys.stdout.flush()  # so that a closed pipe raises here, not in the flush at exit
+      return result
+    except BrokenPipeError:
+      # The reader went away (`| head -3`): stop quietly, as a program killed by SIGPIPE
+      # would, with its status; stdout is pointed at /dev/null so the exit's flush is quiet.
+      os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+      raise SystemExit(128 + signal.SIGPIPE) from None
     except errors as e:
       logging.debug("%s", traceback.format_exc())
       raise SystemExit(f"error: {e}") from None
