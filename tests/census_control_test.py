@@ -114,8 +114,11 @@ def test_counting_each_item_once_is_the_point_estimate_and_resamples_weigh_items
 
 def test_too_few_nouns_in_every_slot_is_a_clear_error():
   nouns = _nouns(lambda slot, role: 1.0, num_items=5)
-  with pytest.raises(ValueError, match="give more --items"):
+  with pytest.raises(ValueError, match="in the 15 items read; more --items may fill one"):
     census_control._cells(nouns)
+  # Items the model's positions cannot hold were left out: more items do not bring them back.
+  with pytest.raises(ValueError, match="7 of the 22 items are longer than the model's max_len"):
+    census_control._cells(dict(nouns, skipped_too_long=7))
 
 
 def _tiny_model():

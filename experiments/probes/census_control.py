@@ -105,8 +105,12 @@ def _cells(nouns) -> dict:
       if min(m.sum() for m in masks) >= MIN_NOUNS:
         cells.append((s, *masks))
     if not cells:
-      raise ValueError(f"{name}: no slot holds {MIN_NOUNS} nouns of both sides; give more "
-                       f"--items")
+      skipped, n = nouns["skipped_too_long"], nouns["items"]
+      why = (f"{skipped} of the {skipped + n} items are longer than the model's max_len and "
+             f"were left out, so a model of a longer max_len (or more --items)" if skipped
+             else "more --items")
+      raise ValueError(f"{name}: no slot holds {MIN_NOUNS} nouns of both sides in the {n} "
+                       f"items read; {why} may fill one")
     out[name] = cells
   return out
 
