@@ -42,6 +42,11 @@ def _one_error_line(proc) -> str:
     (TRAIN + ["stray"], "unexpected arguments ['stray']"),
     (TRAIN + ["--cpu_devices=-1"], "--cpu_devices=-1"),
     (TRAIN + ["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
+    # An unreachable coordinator: jax.distributed.initialize would wait minutes, then abort.
+    (TRAIN + ["--coordinator_address=host0.invalid:1234", "--num_processes=2",
+              "--process_id=0"], "cannot resolve host0.invalid"),
+    (TRAIN + ["--coordinator_address=host0", "--num_processes=2", "--process_id=1"],
+     "--coordinator_address=host0: give HOST:PORT of process 0"),
     (["transformer.generate", "--prompt", "hi"], "--workdir is required"),
     (["transformer.generate", "--workdir", "w"], "--prompt is required"),
     (["transformer.generate", "--workdir", "w", "--prompt", "hi", "stray"],

@@ -11,6 +11,7 @@ name to mesh axes. The mesh has three axes:
 
 import contextlib
 import os
+import socket
 from typing import Any, Sequence
 
 from absl import logging
@@ -52,6 +53,7 @@ def initialize_distributed(coordinator_address: str = "", num_processes: int = 0
     if not (coordinator_address and num_processes > 0 and process_id >= 0):
       raise ValueError("multi-process needs all of --coordinator_address, --num_processes "
                        "and --process_id (or none of them on TPU/SLURM, which are detected)")
+    check_coordinator(coordinator_address)
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id)
   elif (int(os.environ.get("SLURM_NTASKS", "1")) > 1
@@ -62,6 +64,23 @@ def initialize_distributed(coordinator_address: str = "", num_processes: int = 0
     return
   logging.info("process %d of %d, %d local devices of %d", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+def check_coordinator(address: str) -> None:
+  """--coordinator_address as HOST:PORT whose host resolves, refused in one line otherwise:
+  jax.distributed.initialize would wait for it for minutes, deaf to SIGTERM, then abort
+  with a C++ stack trace."""
+  host, _, port = address.rpartition(":")
+  host = host.strip("[]")  # [::1]:1234
+  if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ValueError(f"--coordinator_address={address}: give HOST:PORT of process 0 "
+                     f"(e.g. node0:1234)")
+  try:
+    socket.getaddrinfo(host, int(port))
+  except OSError as e:
+    raise ValueError(f"--coordinator_address={address}: cannot resolve {host} "
+                     f"({e.strerror or e}); give the host name or address of process 0's "
+                     f"machine") from None
 
 
 def check_shape(shape: Sequence[int]) -> tuple[int, ...]:
