@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Every committed experiment result, in order of priority. Re-running resumes where it stopped:
-# finished runs are skipped, interrupted ones resume from their checkpoints. Runs live under
-# $RUNS (default runs/experiments, or anything that survives); each step then copies its
-# results (the JSON, markdown and PNG files at the top of its workdir, never the runs) into
-# experiments/<name>/results/<corpus>/, which is what gets committed.
+# Every committed experiment result, in order of priority, but two: the python_stdlib probes
+# and the head census on retrained models (experiments/probes/results/python_stdlib and
+# grammar_corpus_census). Their results.md hold hand-written provenance (and the census the
+# replication's table) that `publish` would overwrite; each gives its command at its end, and
+# both rebuild their numbers from the records alone (checked on a fresh checkout, 2026-12-07).
+# Re-running resumes where it stopped: finished runs are skipped, interrupted ones resume from
+# their checkpoints. Runs live under $RUNS (default runs/experiments, or anything that
+# survives); each step then copies its results (the JSON, markdown and PNG files at the top of
+# its workdir, never the runs) into experiments/<name>/results/<corpus>/, which is what gets
+# committed.
 #
 #   RUNS=/work/runs nohup nice -n 19 experiments/run_all.sh > run_all.log 2>&1 &
 #
