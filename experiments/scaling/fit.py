@@ -398,8 +398,9 @@ def main(argv):
     print("L(N, D) = {E:.3f} + {A:.4g}/N^{alpha:.3f} + {B:.4g}/D^{beta:.3f};  "
           "N_opt ~ C^{a:.3f}, D_opt ~ C^{b:.3f}".format(**result))
   if result.get("E_star") is not None:
+    a = result.get("a_fixed_E_star")
     print(f"E* = {result['E_star']:.4f}; approach 3 with E = E*: a = "
-          f"{result.get('a_fixed_E_star')}")
+          + (f"{a:.3f}" if isinstance(a, (int, float)) else str(a)))
   if "a" in result["isoflop"] and "b" in result["isoflop"]:
     print("IsoFLOP: N_opt ~ C^{a:.3f}, D_opt ~ C^{b:.3f}".format(**result["isoflop"])
           + " over budgets " + ", ".join(f"{c:.3g}" for c in result["isoflop"]["power_law_budgets"])
