@@ -273,9 +273,11 @@ def test_beam_search_equals_a_reference_that_never_stops_early(eos_bias, alpha):
   params = nn.unbox(params)
   params = {**params, "head": {**params["head"], "bias": params["head"]["bias"].at[decode.EOS_ID].set(eos_bias)}}
   prompt, W, T = [1, 5, 6], 2, 8
-  last = jax.jit(lambda t: jax.nn.log_softmax(model.apply({"params": params}, t)[0, -1]))
-  logp_of = functools.lru_cache(None)(lambda seq: np.asarray(last(jnp.asarray([prompt + list(
-      seq)]))))
+  # One compiled shape: the row padded to its final length (causal, so the padding after the
+  # read position changes nothing there).
+  logp_at = jax.jit(lambda t, i: jax.nn.log_softmax(model.apply({"params": params}, t)[0, i]))
+  logp_of = functools.lru_cache(None)(lambda seq: np.asarray(logp_at(jnp.asarray(
+      [prompt + list(seq) + [0] * (T - len(seq))]), len(prompt) + len(seq) - 1)))
   want = _beam_search_reference(logp_of, 37, W, T, alpha, decode.EOS_ID)
   tokens_BWT, scores_BW = beam_search.beam_search(model, params, [prompt], max_new_tokens=T,
                                                   beam_size=W, length_penalty_alpha=alpha)
