@@ -104,17 +104,23 @@ def main(argv):
   f = flags.FLAGS
   check_counts(nodes=f.nodes, gpus_per_node=f.gpus_per_node, cpus_per_task=f.cpus_per_task,
                max_parallel=f.max_parallel)
+  if f.dry_run and f.submit:
+    raise ValueError("--dry_run writes nothing, so there is nothing to --submit: drop one")
   config = cli.config(f["config"])
   workdir = os.path.abspath(f.workdir)
   config = sweep.with_sweep_flag(config, f.sweep, f.trials, f.sweep_seed)
   runs = sweep.plan(config, workdir, config_arg=config_flags.get_config_filename(f["config"]),
                     python=f.python, module=f.train_module,
                     extra_flags=sweep.passthrough_flags(f["config"]),
-                    launcher=[sys.executable, "-m", "launch.slurm"] + sys.argv[1:])
+                    launcher=[sys.executable, "-m", "launch.slurm"] + sys.argv[1:],
+                    write=not f.dry_run)
   text = array_script(runs, workdir, nodes=f.nodes, gpus_per_node=f.gpus_per_node,
                       cpus_per_task=f.cpus_per_task, partition=f.partition,
                       account=f.account, time=f.time, max_parallel=f.max_parallel,
                       sbatch=f.sbatch, python=f.python)
+  if f.dry_run:
+    print(text, end="")
+    return
   os.makedirs(os.path.join(workdir, "slurm"), exist_ok=True)
   path = os.path.join(workdir, "slurm_array.sh")
   if os.path.exists(path) and open(path).read() != text:
@@ -155,4 +161,6 @@ if __name__ == "__main__":
   flags.DEFINE_string("python", sys.executable, "Python on the compute nodes.")
   flags.DEFINE_string("train_module", "transformer.train", "Module of each run.")
   flags.DEFINE_bool("submit", False, "Run sbatch on the script after writing it.")
+  flags.DEFINE_bool("dry_run", False, "Check the plan and print the script; write nothing "
+                    "(no directory, no sweep.json).")
   cli.run(main, required=("config", "workdir"))

@@ -38,3 +38,17 @@ def test_the_command_refuses_a_negative_count_in_one_line_writing_nothing(tmp_pa
   assert proc.stderr.strip().splitlines()[-1] == (
       "error: --gpus_per_node must be >= 0 (0: no --gpus-per-node line), got -1")
   assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.slow
+def test_dry_run_prints_the_script_and_writes_nothing(tmp_path):
+  """The README's line names a cluster's path (/shared/scaling): --dry_run shows the script
+  without creating it."""
+  workdir = tmp_path / "shared" / "w"
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.slurm", "--config", "configs/lm.py:size=xs",
+       "--workdir", str(workdir), "--sweep=opt.lr=1e-3,3e-3", "--dry_run"],
+      capture_output=True, text=True, cwd=ROOT, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.startswith("#!/bin/bash") and "#SBATCH --array=0-1" in proc.stdout
+  assert not (tmp_path / "shared").exists()
