@@ -64,15 +64,25 @@ def _lbfgs(x0, args):
   return res.x, float(res.fun)
 
 
+# A fit that the grid does not identify (a small grid, a bootstrap resample) can run off to
+# exponents where these overflow: the inf or NaN is the result (an unidentified parameter
+# shows as a wide bootstrap interval, fit_chinchilla), and numpy's RuntimeWarnings in the
+# middle of the output say nothing more.
+_QUIET = dict(over="ignore", divide="ignore", invalid="ignore")
+
+
 def _law(theta) -> dict:
   a, b, e, alpha, beta = (float(t) for t in theta)
-  return dict(E=float(np.exp(e)), A=float(np.exp(a)), B=float(np.exp(b)), alpha=alpha, beta=beta)
+  with np.errstate(**_QUIET):
+    return dict(E=float(np.exp(e)), A=float(np.exp(a)), B=float(np.exp(b)), alpha=alpha,
+                beta=beta)
 
 
 def predict_loss(law: dict, N, D):
   """L(N, D) of a fitted (or published) law."""
   N, D = np.asarray(N, np.float64), np.asarray(D, np.float64)
-  return law["E"] + law["A"] / N ** law["alpha"] + law["B"] / D ** law["beta"]
+  with np.errstate(**_QUIET):
+    return law["E"] + law["A"] / N ** law["alpha"] + law["B"] / D ** law["beta"]
 
 
 def _allocation(law: dict) -> tuple[float, float, float]:
