@@ -346,3 +346,24 @@ def test_loss_floor_under_a_document_cap_adds_log_z(tmp_path):
   assert f"Z = {z:.10f}" in description
   assert f"{floor.loss_floor(config, tokenizer)['loss_floor']:.6f} nats/token (exact)" in (
       description)
+
+
+def test_loss_floor_reports_the_longest_document_with_bos_and_eos(tmp_path):
+  """loss_floor's max_document_tokens is the split's longest document in
+  grammar.document_tokens (bytes + BOS + EOS)."""
+  config = data.default_config()
+  config.update(size="tiny", data_dir=str(tmp_path), doc_sentences="1,1", seq_len=400)
+  result = floor.loss_floor(config, data.get_tokenizer(config), max_records=30)
+  texts = [r["text"] for r in data.load(config, "validation")][:30]
+  assert result["max_document_tokens"] == max(len(t.encode()) + 2 for t in texts)
+  assert result["max_document_tokens"] == max(g.document_tokens(t) for t in texts)
+
+
+@pytest.mark.parametrize("sentences", [(1, 1), (2, 3), (3, 7)])
+def test_max_document_tokens_is_hi_longest_sentences_joined_plus_bos_eos(sentences):
+  """The bound is a document of hi longest sentences joined by spaces, under
+  grammar.document_tokens (bytes + BOS + EOS); and it bounds the exact distribution."""
+  hi, m = sentences[1], lengths_mod.max_sentence_chars()
+  assert lengths_mod.max_document_tokens(sentences) == g.document_tokens(" ".join(["x" * m] * hi))
+  dist = lengths_mod.document_token_distribution(sentences)
+  assert np.nonzero(dist)[0].max() <= lengths_mod.max_document_tokens(sentences)

@@ -232,3 +232,34 @@ def test_cli_points_a_hugging_face_directory_to_the_converter(tmp_path):
           f"not a run directory; convert it first: python -m transformer.convert --from_hf "
           f"{tmp_path} --to ")
   assert out.stderr.startswith(want), out.stderr
+
+
+def _arch(name):
+  import importlib
+  return importlib.import_module(f"configs.arch.{name}").get_config().model
+
+
+def test_non_embedding_counts_follow_kaplans_convention():
+  """Kaplan et al. exclude the token table, learned positions and an untied output projection:
+  GPT-2 small 124,439,808 - 50257*768 - 1024*768; Llama 3 8B 8,030,261,248 - 2*128256*4096."""
+  gpt2 = model_stats.count_params(_arch("gpt2_small"))
+  assert gpt2["total"] == 124_439_808
+  assert gpt2["non_embedding"] == 124_439_808 - 50257 * 768 - 1024 * 768
+  llama = model_stats.count_params(_arch("llama3_8b"))
+  assert llama["total"] == 8_030_261_248
+  assert llama["non_embedding"] == 8_030_261_248 - 2 * 128256 * 4096
+
+
+def test_flops_attention_term_counts_cross_attention_and_the_window():
+  """6 n_attn_layers n_ctx d_attn: an encoder-decoder's decoder layers attend twice (self and
+  cross), and a sliding window caps n_ctx."""
+  import ml_collections
+  t5 = _arch("t5_small")  # 6 + 6 layers, 8 heads of 64
+  f = model_stats.flops_per_token(t5, 512, non_embedding=1, params_total=2)
+  assert f["attention"] == 6 * (6 + 2 * 6) * 512 * 512
+  assert f["total"] == 6 * 1 + f["attention"]
+  assert f["total_params_convention"] == 6 * 2 + f["attention"]
+  gpt2 = ml_collections.ConfigDict(_arch("gpt2_small").to_dict())
+  gpt2.window = 256
+  f = model_stats.flops_per_token(gpt2, 1024, non_embedding=10, params_total=20)
+  assert f["attention"] == 6 * 12 * 256 * 768 and f["dense"] == 60

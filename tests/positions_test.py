@@ -218,3 +218,87 @@ def test_unknown_scheme_lists_valid_names():
     positions.make_scheme(cfg)
   with pytest.raises(ValueError, match="valid: .*linear.*yarn"):
     positions.rope_frequencies(position_config("rope", scaling="dynamic"), 16, 64)
+
+
+def test_sinusoidal_module_honours_max_wavelength():
+  """Sinusoidal.embed must pass model.position.max_wavelength on to the table (the paper's
+  formula with base W instead of 10000)."""
+  d, w, L = 8, 50.0, 12
+  cfg = model_config(d_model=d, num_heads=2, max_len=32,
+                     position=position_config("sinusoidal", max_wavelength=w))
+  x = jnp.zeros((1, L, d), jnp.float32)
+  got = np.asarray(positions.Sinusoidal(cfg).apply({}, x, jnp.arange(L)[None], method="embed"))[0]
+  expected = np.zeros((L, d))
+  for p in range(L):
+    for i in range(d // 2):
+      angle = p / w ** (2 * i / d)
+      expected[p, 2 * i], expected[p, 2 * i + 1] = math.sin(angle), math.cos(angle)
+  np.testing.assert_allclose(got, expected, atol=1e-5)
+  table = np.asarray(positions.sinusoidal_table(jnp.arange(L), d, max_wavelength=w))
+  np.testing.assert_allclose(table, expected, atol=1e-5)
+
+
+def _t5_reference(rel, bidirectional, num_buckets, max_distance):
+  """mesh_tensorflow's _relative_position_bucket, scalar by scalar."""
+  ret, n = 0, -rel
+  if bidirectional:
+    num_buckets //= 2
+    ret += num_buckets if n < 0 else 0
+    n = abs(n)
+  else:
+    n = max(n, 0)
+  max_exact = num_buckets // 2
+  if n < max_exact:
+    return ret + n
+  val = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact) *
+                        (num_buckets - max_exact))
+  return ret + min(val, num_buckets - 1)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_t5_bias_module_is_bidirectional_exactly_when_not_causal(causal):
+  """A causal (decoder) T5 stack buckets with bidirectional=False, an encoder with True:
+  with table[b, h] = b the bias is the reference bucket of key - query."""
+  nb, md, L = 16, 32, 40
+  cfg = model_config(d_model=16, num_heads=2, max_len=64,
+                     position=position_config("t5_bias", num_buckets=nb, max_distance=md))
+  table = jnp.tile(jnp.arange(nb, dtype=jnp.float32)[:, None], (1, 2))
+  terms = positions.T5Bias(cfg).apply({"params": {"rel_bias": table}}, causal,
+                                      method="attention_terms")
+  pos = jnp.arange(L)[None]
+  got = np.asarray(terms.bias(pos, pos))[0, 0]  # [L, S]
+  expected = np.array([[_t5_reference(k - q, not causal, nb, md) for k in range(L)]
+                       for q in range(L)])
+  np.testing.assert_array_equal(got, expected)
+
+
+def test_learned_positions_take_exactly_max_len_tokens():
+  """A learned table of max_len rows embeds a sequence of max_len tokens (row p for position p)
+  and refuses max_len + 1."""
+  d, max_len = 8, 6
+  cfg = model_config(d_model=d, num_heads=2, max_len=max_len,
+                     position=position_config("learned"))
+  table = jnp.arange(max_len * d, dtype=jnp.float32).reshape(max_len, d)
+  x = jnp.zeros((1, max_len, d), jnp.float32)
+  got = positions.Learned(cfg).apply({"params": {"pos_embedding": table}}, x,
+                                     jnp.arange(max_len)[None], method="embed")
+  np.testing.assert_array_equal(np.asarray(got)[0], np.asarray(table))
+  with pytest.raises(ValueError, match="exceeds the learned position table"):
+    positions.Learned(cfg).apply({"params": {"pos_embedding": table}},
+                                 jnp.zeros((1, max_len + 1, d)), jnp.arange(max_len + 1)[None],
+                                 method="embed")
+
+
+@pytest.mark.parametrize("scaling", ["llama3", "yarn"])
+def test_rope_original_max_len_zero_means_model_max_len(scaling):
+  """original_max_len=0 stands for model.max_len, so it must equal giving max_len explicitly
+  (and differ from giving another length)."""
+  kw = dict(theta=10_000.0, scaling=scaling, scaling_factor=4.0)
+  implicit, f0, _ = positions.rope_frequencies(position_config("rope", **kw), 64, 2048)
+  explicit, f1, _ = positions.rope_frequencies(
+      position_config("rope", original_max_len=2048, **kw), 64, 2048)
+  other, _, _ = positions.rope_frequencies(
+      position_config("rope", original_max_len=4096, **kw), 64, 2048)
+  np.testing.assert_array_equal(implicit, explicit)
+  assert f0 == f1
+  assert not np.allclose(implicit, other)

@@ -3,6 +3,7 @@ launcher's --config flags against the swept keys, and tuple-valued axes."""
 
 import json
 
+import numpy as np
 import pytest
 
 from configs import lm
@@ -115,3 +116,26 @@ def test_a_finished_run_trained_with_other_settings_is_not_taken_as_the_sweeps(t
     sweep.plan(config, str(tmp_path), config_arg="configs/lm.py")
   (run / "config.json").write_text(json.dumps({"model": {"d_model": 64}}))  # read first
   sweep.plan(config, str(tmp_path), config_arg="configs/lm.py")
+
+
+def _random_runs(axes, trials, seed=0):
+  return sweep.expand(sweep.with_sweep_flag(lm.get_config("size=xs"), axes, trials=trials,
+                                            seed=seed))
+
+
+def test_loguniform_draws_are_uniform_in_log_space():
+  """loguniform(1e-4, 1e-2): half the draws below the geometric mean 1e-3, a quarter below
+  10^-3.5 (a uniform draw would put only ~9% below 1e-3)."""
+  lrs = np.array([r["overrides"]["opt.lr"] for r in _random_runs("opt.lr=loguniform(1e-4,1e-2)", 400)])
+  assert len(lrs) > 300 and lrs.min() >= 1e-4 and lrs.max() <= 1e-2
+  assert 0.4 < np.mean(lrs < 1e-3) < 0.6
+  assert 0.15 < np.mean(lrs < 10 ** -3.5) < 0.35
+
+
+def test_int_axis_is_inclusive_and_choice_reaches_every_value():
+  """int(a, b) draws a..b inclusive; choice draws each listed value."""
+  runs = _random_runs("model.num_layers=int(1,3);model.num_heads=choice(1,2,4)", 40)
+  layers = {r["overrides"]["model.num_layers"] for r in runs}
+  heads = {r["overrides"]["model.num_heads"] for r in runs}
+  assert layers == {1, 2, 3} and heads == {1, 2, 4}
+  assert len(runs) == 9  # every (layers, heads) pair, repeats dropped
