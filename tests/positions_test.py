@@ -238,23 +238,6 @@ def test_sinusoidal_module_honours_max_wavelength():
   np.testing.assert_allclose(table, expected, atol=1e-5)
 
 
-def _t5_reference(rel, bidirectional, num_buckets, max_distance):
-  """mesh_tensorflow's _relative_position_bucket, scalar by scalar."""
-  ret, n = 0, -rel
-  if bidirectional:
-    num_buckets //= 2
-    ret += num_buckets if n < 0 else 0
-    n = abs(n)
-  else:
-    n = max(n, 0)
-  max_exact = num_buckets // 2
-  if n < max_exact:
-    return ret + n
-  val = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact) *
-                        (num_buckets - max_exact))
-  return ret + min(val, num_buckets - 1)
-
-
 @pytest.mark.parametrize("causal", [True, False])
 def test_t5_bias_module_is_bidirectional_exactly_when_not_causal(causal):
   """A causal (decoder) T5 stack buckets with bidirectional=False, an encoder with True:
@@ -267,7 +250,7 @@ def test_t5_bias_module_is_bidirectional_exactly_when_not_causal(causal):
                                       method="attention_terms")
   pos = jnp.arange(L)[None]
   got = np.asarray(terms.bias(pos, pos))[0, 0]  # [L, S]
-  expected = np.array([[_t5_reference(k - q, not causal, nb, md) for k in range(L)]
+  expected = np.array([[_t5_bucket_reference(k - q, not causal, nb, md) for k in range(L)]
                        for q in range(L)])
   np.testing.assert_array_equal(got, expected)
 
