@@ -325,9 +325,7 @@ def test_retrieval_plot_keeps_each_models_colour_in_every_panel(tmp_path, monkey
   row = lambda acc: {"accuracy_by_position": {
       str(p): {"accuracy": acc, "n": 100, "wilson95": run.wilson(round(acc * 100), 100)}
       for p in range(3)}}
-  # A cache from before Wilson's bounds were clamped: an upper bound a hair below 1.0 (the
-  # plot recomputes the interval; this one would be a negative error bar).
-  stale = row(1.0)
+  stale = row(1.0)  # cached before Wilson's bounds were clamped: a negative error bar
   stale["accuracy_by_position"]["0"]["wilson95"] = [0.96, 1.0 - 1e-12]
   results = {"kv_train_pairs": 8, "kv_min_pairs": 2, "retrieval": {
       "learned": {"0": {"8": row(0.1), "16": {"not_applicable": "beyond max_len"}}},

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import results as experiment_results  # noqa: E402
-from experiments.probes.stats import row_u_test, wilson  # noqa: E402
+from experiments.probes.stats import right_items, row_u_test, wilson  # noqa: E402
 from launch.sweep_dir import atomic_write  # noqa: E402
 
 
@@ -108,8 +108,7 @@ def retrieval(results: dict, path: str) -> str:
       # Wilson's interval from the items, not the cached "wilson95": caches from before its
       # bounds were clamped to the proportion hold bounds a hair past it at 0 and 1, which
       # are negative error bars that matplotlib refuses.
-      bounds = np.array([wilson(round(row[p]["accuracy"] * row[p]["n"]), row[p]["n"])
-                         for p in ps])
+      bounds = np.array([wilson(right_items(row[p]), row[p]["n"]) for p in ps])
       err = np.array([ys - bounds[:, 0], bounds[:, 1] - ys])
       xs = [int(p) + 1 for p in ps]
       handles[label] = ax.errorbar(

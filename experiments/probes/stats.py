@@ -80,7 +80,7 @@ def mean_sd(xs) -> dict:
   return {"mean": mean, "sd": sd, "t95": [mean - half, mean + half] if k > 1 else None}
 
 
-def _right(cell: dict) -> int:
+def right_items(cell: dict) -> int:
   """Items right in a position's {accuracy, n}."""
   return round(cell["accuracy"] * cell["n"])
 
@@ -88,7 +88,7 @@ def _right(cell: dict) -> int:
 def row_u_test(row: dict) -> dict:
   """u_test of a retrieval row from its items ({position: {accuracy, n}}), so that a row read
   from a cached evaluation gets the current test rather than the one cached with it."""
-  return u_test({int(p): (_right(c), c["n"]) for p, c in row["accuracy_by_position"].items()})
+  return u_test({int(p): (right_items(c), c["n"]) for p, c in row["accuracy_by_position"].items()})
 
 
 def pool_retrieval(by_seed: dict) -> dict:
@@ -107,7 +107,7 @@ def pool_retrieval(by_seed: dict) -> dict:
     for row in rows:
       for p, c in row["accuracy_by_position"].items():
         right, total = counts.get(int(p), (0, 0))
-        counts[int(p)] = (right + _right(c), total + c["n"])
+        counts[int(p)] = (right + right_items(c), total + c["n"])
         accs.setdefault(int(p), []).append(c["accuracy"])
     u_rows = [u for u in map(row_u_test, rows) if u.get("u_shaped") is not None]
     pooled[n] = {

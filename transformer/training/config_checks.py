@@ -31,16 +31,20 @@ def check_keys(config) -> None:
       raise ValueError(f"unknown config block {block!r}; "
                        + (f"did you mean {close[0]}?" if close else f"the blocks are "
                           f"{', '.join(blocks)}"))
-  for block in ("model", "model.position", "data", "objective", "train", "opt", "log", "mesh"):
-    node, known = config, defaults
-    for part in block.split("."):
-      node, known = node.get(part) if node is not None else None, known[part]
-    for key in (node.keys() if node is not None else ()):
-      if key not in known:
-        close = difflib.get_close_matches(key, list(known.keys()), n=1)
-        hint = f"did you mean {block}.{close[0]}?" if close else (
-            f"{block} has {', '.join(sorted(known.keys()))}")
-        raise ValueError(f"unknown config key {block}.{key}, which nothing reads; {hint}")
+    if block not in PROGRAM_BLOCKS:
+      _check_block(config[block], defaults[block], block)
+
+
+def _check_block(node, known, name: str) -> None:
+  """Every key of config block `node` is one of `known`'s, nested blocks too."""
+  for key in node.keys():
+    if key not in known:
+      close = difflib.get_close_matches(key, list(known.keys()), n=1)
+      hint = f"did you mean {name}.{close[0]}?" if close else (
+          f"{name} has {', '.join(sorted(known.keys()))}")
+      raise ValueError(f"unknown config key {name}.{key}, which nothing reads; {hint}")
+    if hasattr(known[key], "keys") and hasattr(node[key], "keys"):
+      _check_block(node[key], known[key], f"{name}.{key}")
 
 
 def check_config(config) -> None:
