@@ -228,3 +228,50 @@ def test_a_finished_run_without_checkpoints_is_refused_not_trained_over(tmp_path
                                          r"checkpoint to resume from; .* use a new --workdir"):
       loop.train_and_evaluate(config, str(copy))
     assert {p: (copy / p).read_bytes() for p in logs} == logs
+
+
+def test_the_trainer_reads_an_unrecorded_step_back_when_it_runs_alone(tmp_path, trained):
+  """checkpoint.set_aside_damaged (what the loop calls) reads a step without a record back in a
+  single-process run: a truncated one is set aside, not resumed from."""
+  copy = _unrecorded(trained[0], tmp_path)
+  _truncate(copy / "checkpoints" / "4")
+  lines = []
+  assert checkpoint.set_aside_damaged(str(copy), lines.append) == [4]
+  assert "it does not read back" in lines[0]
+
+
+def test_an_unrecorded_step_with_infinite_numbers_is_damaged(tmp_path, data_dir):
+  """Flipped exponent bits give inf as well as NaN: both fail the read-back."""
+  config = tiny_run.tiny_config(data_dir)
+  manager = checkpoint.make_manager(str(tmp_path))
+  state = {"params": {"w": np.array([1.0, np.inf], np.float32)}, "step": np.int32(3)}
+  checkpoint.save(manager, 3, state, {}, config)
+  manager.wait_until_finished()  # not checkpoint.finish: it would record the sums
+  manager.close()
+  assert checkpoint_integrity.unreadable(str(tmp_path / "checkpoints" / "3")) == (
+      "params/ holds NaN or inf values")
+
+
+def test_every_damaged_copy_of_a_step_is_kept_under_its_own_name(tmp_path, trained):
+  """A step damaged again after a resume (three times here) gets 4, 4.1, 4.2: none replaced."""
+  workdir, _ = trained
+  copy = tmp_path / "run"
+  shutil.copytree(workdir, copy)
+  for _ in range(3):
+    shutil.rmtree(copy / "checkpoints")
+    shutil.copytree(workdir / "checkpoints", copy / "checkpoints")
+    flip(str(copy / "checkpoints" / "4"))
+    assert checkpoint_integrity.set_aside_damaged(str(copy), lambda line: None) == [4]
+  assert sorted(os.listdir(copy / "checkpoints_damaged")) == ["4", "4.1", "4.2"]
+
+
+@pytest.mark.parametrize("sums", [{"files": {"params/x": [1]}}, {"files": []},
+                                  {"files": {"params/x": None}}])
+def test_a_malformed_record_is_damage_not_a_crash(tmp_path, sums):
+  """A sha256sums.json that parses but is not a record names the step as damaged (so that it
+  is set aside), like one that does not parse, instead of raising out of the trainer."""
+  for item in checkpoint_integrity.ITEMS:
+    os.makedirs(tmp_path / item)
+  (tmp_path / checkpoint_integrity.SUMS).write_text(json.dumps(sums))
+  assert checkpoint_integrity.problem(str(tmp_path)) == (
+      f"its {checkpoint_integrity.SUMS} is unreadable")

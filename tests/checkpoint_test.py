@@ -1,6 +1,7 @@
 """Checkpoint retention (last N plus best), round trips, and the compatibility check."""
 
 import json
+import os
 
 import jax
 import ml_collections
@@ -8,8 +9,9 @@ import numpy as np
 import pytest
 
 from helpers import tiny_run
+from helpers.damage import flip
 from transformer import data
-from transformer.training import checkpoint
+from transformer.training import checkpoint, checkpoint_integrity
 
 
 def test_keeps_the_last_n_and_the_best_and_round_trips(tmp_path):
@@ -148,3 +150,81 @@ def test_a_run_refuses_to_resume_on_a_text_folder_whose_files_changed(tmp_path):
   (folder / "new.txt").unlink()  # the data it trained on: resumes
   assert loop.train_and_evaluate(config(4), workdir)["step"] == 4
   manager.close()
+
+
+def test_a_background_save_that_ended_is_reported_once_then_recorded(tmp_path):
+  """save_ended is what lets the loop stop at the step a background save failed and record its
+  sums meanwhile: true once an async save is done and not yet finished, false after `finish`."""
+  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
+  manager = checkpoint.make_manager(str(tmp_path), async_save=True)
+  assert not checkpoint.save_ended(manager)  # nothing saved yet
+  checkpoint.save(manager, 1, tiny_run.toy_state(1), {}, config)
+  manager.wait_until_finished()
+  assert checkpoint.save_ended(manager)
+  checkpoint.finish(manager)
+  assert not checkpoint.save_ended(manager)
+  assert os.path.exists(tmp_path / "checkpoints" / "1" / checkpoint_integrity.SUMS)
+  manager.close()
+
+
+def test_newest_intact_is_the_newest_step_whose_files_match(tmp_path):
+  """After a NaN the run is pointed at the newest intact step: not an older one kept beside it,
+  and not a newer one damaged since it was saved."""
+  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
+  manager = checkpoint.make_manager(str(tmp_path), keep=3, keep_best=0)
+  for step in (1, 2, 3):
+    checkpoint.save(manager, step, tiny_run.toy_state(step), {}, config)
+  checkpoint.finish(manager)
+  assert checkpoint.newest_intact(manager) == 3
+  flip(str(tmp_path / "checkpoints" / "3"))
+  assert checkpoint.newest_intact(manager) == 2
+  manager.close()
+
+
+def test_data_positions_resume_only_into_the_data_they_index(tmp_path):
+  """check_dataset refuses other data, and lets through a step saved before the dataset was
+  recorded (older checkpoints) or settings that name none."""
+  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
+  manager = checkpoint.make_manager(str(tmp_path), keep=3, keep_best=0)
+  checkpoint.save(manager, 1, tiny_run.toy_state(1), {}, config)  # no dataset: an older step
+  checkpoint.save(manager, 2, tiny_run.toy_state(2), {}, config, dataset="text_folder/a-1")
+  checkpoint.finish(manager)
+  checkpoint.check_dataset(manager, 1, "text_folder/a-2", "w")
+  checkpoint.check_dataset(manager, 2, "text_folder/a-1", "w")
+  checkpoint.check_dataset(manager, 2, None, "w")
+  with pytest.raises(ValueError, match=r"^w's step-2 checkpoint was trained on text_folder/a-1, "
+                                       r"but these settings build text_folder/a-2"):
+    checkpoint.check_dataset(manager, 2, "text_folder/a-2", "w")
+  manager.close()
+
+
+def test_close_raises_a_failing_save_unless_another_error_is_on_its_way(tmp_path, monkeypatch):
+  """`close` reports a save that failed, except while another error propagates (`failing`),
+  where it would only add noise; either way the manager is closed."""
+  config = tiny_run.tiny_config(str(tmp_path / "tfds"))
+  for failing in (False, True):
+    manager = checkpoint.make_manager(str(tmp_path / str(failing)))
+    checkpoint.save(manager, 1, tiny_run.toy_state(1), {}, config)
+    checkpoint.finish(manager)
+    monkeypatch.setattr(manager, "wait_until_finished",
+                        lambda: (_ for _ in ()).throw(RuntimeError("the save failed")))
+    if failing:
+      checkpoint.close(manager, failing=True)
+    else:
+      with pytest.raises(RuntimeError, match="the save failed"):
+        checkpoint.close(manager)
+    monkeypatch.undo()
+    manager.close()
+
+
+def test_a_finished_rerun_compares_init_from_paths_as_paths(tmp_path):
+  """train.init_from spelled another way ('./runs/a', 'runs/a/') is the same source, whichever
+  spelling the saved config has."""
+  for saved, now in (("runs/a", "./runs/a"), ("./runs/a", "runs/a"), ("runs/a/", "runs/a")):
+    checkpoint.check_finished_rerun(
+        tiny_run.tiny_config(str(tmp_path), **{"train.init_from": saved}),
+        tiny_run.tiny_config(str(tmp_path), **{"train.init_from": now}), "w")
+  with pytest.raises(ValueError, match=r"train.init_from: 'runs/a' saved vs 'runs/b' now"):
+    checkpoint.check_finished_rerun(
+        tiny_run.tiny_config(str(tmp_path), **{"train.init_from": "runs/a"}),
+        tiny_run.tiny_config(str(tmp_path), **{"train.init_from": "runs/b"}), "w")

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import tiny_run
 from tests.helpers.damage import flip
-from transformer.training import metrics_file, tensorboard_events
+from transformer.training import init_from, metrics_file, tensorboard_events
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_RUN = os.path.join(ROOT, "tests", "helpers", "tiny_run.py")
@@ -373,3 +373,29 @@ def test_training_into_a_hugging_face_folder_is_refused_before_writing(tmp_path)
     (hf / "config.json").write_text(own)
     init_from.check_own_config(str(hf))
   init_from.check_own_config(str(tmp_path / "new"))
+
+
+def _source(tmp_path, tokenizer="bytes"):
+  src = tmp_path / "src"
+  (src / "tokenizer").mkdir(parents=True)
+  (src / "tokenizer" / "a.json").write_text("source a")
+  (src / "tokenizer" / "b.json").write_text("source b")
+  config = tiny_run.tiny_config(str(tmp_path), **{"data.tokenizer": tokenizer})
+  return init_from.Source(str(src), str(src), 0, config)
+
+
+def test_the_source_tokenizer_is_carried_without_replacing_the_run_s_own(tmp_path):
+  """carry_tokenizer copies the source's files this run lacks, keeps those it has, and copies
+  nothing when this run sets another tokenizer."""
+  source = _source(tmp_path)
+  ft = tmp_path / "ft"
+  (ft / "tokenizer").mkdir(parents=True)
+  (ft / "tokenizer" / "a.json").write_text("the run's own a")
+  note = init_from.carry_tokenizer(source, tiny_run.tiny_config(str(tmp_path)), str(ft))
+  assert note.endswith("(b.json)"), note
+  assert (ft / "tokenizer" / "a.json").read_text() == "the run's own a"
+  assert (ft / "tokenizer" / "b.json").read_text() == "source b"
+  other = tmp_path / "other"
+  note = init_from.carry_tokenizer(source, tiny_run.tiny_config(
+      str(tmp_path), **{"data.tokenizer": "sentencepiece"}), str(other))
+  assert "not the source's 'bytes'" in note and not other.exists()

@@ -1,9 +1,12 @@
 """transformer/training/preemption.py: how SIGTERM/SIGINT reach the job's handlers."""
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+
+from transformer.training import preemption
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -70,3 +73,23 @@ def test_a_signal_that_library_code_turned_into_its_own_error_still_stops_in_one
   lines = [line for line in proc.stderr.splitlines() if line.strip()]
   assert len(lines) == 1 and lines[0].startswith("stopped by SIGTERM; removed"), proc.stderr
   assert not (tmp_path / "run").exists()
+
+
+def test_restore_gives_back_only_the_handlers_stop_signal_still_holds():
+  """StopSignal.restore puts the earlier handlers back where its own is still installed, and
+  leaves a handler installed after it alone."""
+  def earlier(signum, frame):
+    del signum, frame
+
+  def later(signum, frame):
+    del signum, frame
+  before = {sig: signal.signal(sig, earlier) for sig in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    stop = preemption.StopSignal()
+    signal.signal(signal.SIGINT, later)  # someone else's, installed since
+    stop.restore()
+    assert signal.getsignal(signal.SIGTERM) is earlier
+    assert signal.getsignal(signal.SIGINT) is later
+  finally:
+    for sig, handler in before.items():
+      signal.signal(sig, handler)

@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 
 import ml_collections
 import pytest
@@ -254,3 +255,48 @@ def test_each_session_shows_its_config_once(tmp_path):
   assert sorted(e.step for f in tmp_path.glob("tensorboard/events.*")
                 for e in tensorboard_events.read_events(str(f))
                 for v in e.summary.value if v.tag.startswith("config")) == [1, 5]
+
+
+def test_a_resumed_log_goes_on_from_the_wall_time_of_the_restored_step(tmp_path):
+  """earlier_wall_time_s is the last kept row's (rows past the restored step are cut first)."""
+  with open(tmp_path / "metrics.jsonl", "w") as f:
+    for step, wall in ((1, 10.0), (2, 20.0), (3, 30.0)):
+      f.write(json.dumps({"step": step, "wall_time_s": wall}) + "\n")
+    f.write(json.dumps({"step": 3, "eval_loss": 1.0}) + "\n")  # a row without wall time
+  log = run_log.RunLog(str(tmp_path), total_steps=8, enabled=True, start_step=3)
+  assert log.earlier_wall_time_s == 30.0
+  log.close()
+  log = run_log.RunLog(str(tmp_path), total_steps=8, enabled=True, start_step=2)
+  assert log.earlier_wall_time_s == 20.0  # step 3's rows were cut
+  log.close()
+  (tmp_path / "new").mkdir()
+  log = run_log.RunLog(str(tmp_path / "new"), total_steps=8, enabled=True)
+  assert log.earlier_wall_time_s == 0.0
+  log.close()
+
+
+def test_the_stopwatch_leaves_paused_time_out_of_each_lap(monkeypatch):
+  """A lap is the wall time since the last one less the pauses inside it; a pause counts once,
+  in its own lap only."""
+  now = [100.0]
+  monkeypatch.setattr(run_log.time, "perf_counter", lambda: now[0])
+  watch = run_log.Stopwatch()
+  now[0] += 5.0
+  with watch.paused() as timer:
+    now[0] += 3.0
+  assert timer.seconds == 3.0
+  now[0] += 1.0
+  assert watch.lap() == 6.0  # 9 s, 3 of them paused
+  now[0] += 2.0
+  assert watch.lap() == 2.0  # the earlier pause is not taken off again
+  assert time.perf_counter() == now[0]
+
+
+def test_on_a_terminal_only_evals_leave_a_full_line_above_the_bar(tmp_path):
+  """A plain log step only redraws the bar: its full line would scroll the terminal every
+  log_every steps."""
+  stream = _Terminal()
+  _drive(run_log.RunLog(str(tmp_path), total_steps=100, enabled=True, stream=stream))
+  lines = stream.getvalue().replace("\r", "\n").splitlines()
+  assert EVAL_LINE in lines
+  assert not [line for line in lines if line.startswith("step  10/100 [")], lines

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from helpers import tiny_run
-from transformer.training import loop, workdir_cleanup
+from transformer.training import loop, workdir_cleanup, workdir_lock
 
 
 def test_missing_folders_are_the_workdir_and_its_missing_parents(tmp_path):
@@ -95,3 +95,55 @@ def test_what_another_process_wrote_during_a_failed_first_run_stays(tmp_path, da
   assert all(workdir_cleanup.is_run_entry(n) for n in (
       "config.json", "config.2.json", "metrics.jsonl.tmp", ".write_test.123", "tensorboard"))
   assert not any(workdir_cleanup.is_run_entry(n) for n in ("notes.txt", "other_run", "config"))
+
+
+def test_a_folder_that_existed_keeps_what_a_run_logged_or_saved_there(tmp_path):
+  """A run that failed after logging a step or saving in a folder that existed (resumed, or
+  given as --workdir) removes nothing: its logs and checkpoints are results."""
+  for result in ("metrics", "checkpoint"):
+    workdir = tmp_path / result
+    workdir.mkdir()
+    before = workdir_cleanup.Before(str(workdir))
+    (workdir / "config.json").write_text("{}")
+    if result == "metrics":
+      (workdir / "metrics.jsonl").write_text('{"step": 1}\n')
+    else:
+      os.makedirs(workdir / "checkpoints" / "1")
+    assert before.clean_up() is False
+    assert sorted(os.listdir(workdir)) == sorted(
+        ["config.json", "metrics.jsonl" if result == "metrics" else "checkpoints"])
+
+
+def test_the_lock_names_only_its_latest_holder(tmp_path):
+  """record_holder replaces the line a longer earlier one left, and a second trainer's error
+  quotes it."""
+  (tmp_path / workdir_lock.FILENAME).write_text("pid 1 on a-host-with-a-very-long-name-indeed, "
+                                                "since 1999-01-01 00:00:00\n" * 3)
+  lock = workdir_lock.WorkdirLock(str(tmp_path))
+  lock.acquire()
+  lock.record_holder()
+  text = (tmp_path / workdir_lock.FILENAME).read_text()
+  assert text.count("\n") == 1 and text.startswith(f"pid {os.getpid()} on "), text
+  other = workdir_lock.WorkdirLock(str(tmp_path))
+  try:
+    other.acquire()
+    raise AssertionError("a second lock was granted")
+  except ValueError as e:
+    assert f"last recorded: pid {os.getpid()} on " in str(e)
+  lock.release()
+  assert not lock.held
+
+
+def test_a_lock_not_yet_recorded_says_so_and_a_process_without_it_writes_nothing(tmp_path):
+  """Before its holder's run started the error says "not recorded yet"; a process that does
+  not hold the lock (processes > 0) records nothing."""
+  lock = workdir_lock.WorkdirLock(str(tmp_path))
+  lock.record_holder()  # not acquired: a no-op
+  assert not (tmp_path / workdir_lock.FILENAME).exists()
+  lock.acquire()
+  try:
+    workdir_lock.WorkdirLock(str(tmp_path)).acquire()
+    raise AssertionError("a second lock was granted")
+  except ValueError as e:
+    assert "in use by another trainer (not recorded yet)" in str(e)
+  lock.release()

@@ -73,7 +73,9 @@ def problem(step_dir: str) -> str | None:
   try:
     with open(path) as f:
       sums = json.load(f)["files"]
-  except (OSError, ValueError, KeyError, TypeError):
+    # A record that parses but is not {name: [size, digest]} is damage too, not a crash.
+    sums = {name: (int(size), str(digest)) for name, (size, digest) in sums.items()}
+  except (OSError, ValueError, KeyError, TypeError, AttributeError):
     return f"its {SUMS} is unreadable"
   for name, (size, digest) in sums.items():
     full = os.path.join(step_dir, name)

@@ -179,7 +179,8 @@ def _finished_summary(config, workdir, latest) -> dict | None:
       summary = json.load(f)
   except (OSError, ValueError):
     return None  # unreadable: train (resume) and write it again
-  return summary if summary.get("step") == config.train.steps else None
+  return (summary if isinstance(summary, dict) and summary.get("step") == config.train.steps
+          else None)
 
 
 def _tokenizer(config, workdir):
