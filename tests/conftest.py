@@ -40,3 +40,11 @@ def free_compiled_programs():
   yield
   import jax  # noqa: PLC0415 (not at collection)
   jax.clear_caches()
+
+
+@pytest.fixture
+def fake_train(tmp_path, monkeypatch):
+  """The stand-in trainer (tests/helpers/fake_train.py) the launcher tests run: its module
+  name, importable by the launcher's subprocesses."""
+  monkeypatch.setenv("PYTHONPATH", f"{ROOT / 'tests' / 'helpers'}{os.pathsep}{ROOT}")
+  return "fake_train"

@@ -1,15 +1,14 @@
 """Hugging Face interop: every malformed checkpoint or unwritable model is refused with a
 message that names the tensor, the key or the setting (needs only safetensors)."""
 
-import json
 import os
 
 import numpy as np
 import pytest
-from safetensors.numpy import load_file, save_file
 
 from transformer.schema import position_config
 from transformer.interop import hf
+from tests.helpers.hf_files import edit as _edit
 from tests.helpers.tiny_models import init_params as _init, ours as _ours
 
 
@@ -18,19 +17,6 @@ def written(tmp_path):
   cfg = _ours("llama", num_layers=1)
   hf.to_hf(cfg, _init(cfg), str(tmp_path))
   return str(tmp_path)
-
-
-def _edit(path, config=None, tensors=None):
-  if config:
-    with open(os.path.join(path, "config.json")) as f:
-      hf = json.load(f)
-    config(hf)
-    with open(os.path.join(path, "config.json"), "w") as f:
-      json.dump(hf, f)
-  if tensors:
-    t = load_file(os.path.join(path, "model.safetensors"))
-    tensors(t)
-    save_file(t, os.path.join(path, "model.safetensors"))
 
 
 def test_error_unknown_architecture(written):
@@ -98,3 +84,52 @@ def test_error_model_not_writable(overrides, message, tmp_path):
   cfg = _ours(family, **overrides)
   with pytest.raises(ValueError, match=message):
     hf.to_hf(cfg, {"params": {}}, str(tmp_path))
+
+
+@pytest.mark.parametrize("rope", [dict(truncate=False), dict(attention_factor=1.2),
+                                  dict(mscale=0.707), dict(factor=1.0)])
+def test_error_unsupported_yarn_variant(rope, tmp_path):
+  """YaRN variants ours does not compute (transformers' untruncated ramp, an explicit
+  attention factor, DeepSeek's mscale, no extension) are refused, not read as the paper's."""
+  cfg = _ours("llama", num_layers=1)  # yarn
+  hf.to_hf(cfg, _init(cfg), str(tmp_path))
+  _edit(str(tmp_path), config=lambda c: c["rope_parameters"].update(rope))
+  with pytest.raises(ValueError, match=r"llama: yarn with attention_factor, mscale, "
+                                       r"truncate=False or factor <= 1 is not supported"):
+    hf.from_hf(str(tmp_path))
+
+
+@pytest.mark.parametrize("family,setting,message", [
+    ("gpt2", dict(scale_attn_by_inverse_layer_idx=True),
+     r"gpt2: scale_attn_by_inverse_layer_idx=True is not supported"),
+    ("gpt2", dict(add_cross_attention=True), r"gpt2: add_cross_attention=True is not supported"),
+    ("llama", dict(mlp_bias=True), r"llama: attention_bias and mlp_bias differ"),
+    ("bert", dict(position_embedding_type="relative_key"),
+     r"bert: position_embedding_type='relative_key'; only 'absolute' is supported"),
+    ("bert", dict(is_decoder=True), r"bert: decoder BERT \(is_decoder / add_cross_attention\)"),
+    ("t5", dict(scale_decoder_outputs=True),
+     r"t5: decoder outputs scaled by d_model\^-0.5 \(v1.0\) with a separate lm_head.weight"),
+])
+def test_error_a_setting_we_do_not_compute(family, setting, message, tmp_path):
+  """A config.json setting that changes what the model computes, which ours cannot, is
+  refused rather than converted into another function."""
+  cfg = _ours(family, num_layers=1)
+  hf.to_hf(cfg, _init(cfg), str(tmp_path))
+  _edit(str(tmp_path), config=lambda c: c.update(setting))
+  with pytest.raises(ValueError, match=message):
+    hf.from_hf(str(tmp_path))
+
+
+def test_a_duplicate_tensor_must_equal_the_one_kept(tmp_path):
+  """transformers 4 saved T5's tied tables (encoder.embed_tokens.weight beside shared.weight):
+  an exact copy is accepted, one that differs is refused (it would be dropped)."""
+  cfg = _ours("t5", num_layers=1)
+  hf.to_hf(cfg, _init(cfg), str(tmp_path))
+  _edit(str(tmp_path), tensors=lambda t: t.update(
+      {"encoder.embed_tokens.weight": t["shared.weight"].copy()}))
+  hf.from_hf(str(tmp_path))
+  _edit(str(tmp_path), tensors=lambda t: t.update(
+      {"encoder.embed_tokens.weight": t["shared.weight"] + 1}))
+  with pytest.raises(ValueError, match=r"tensor 'encoder.embed_tokens.weight' differs from "
+                                       r"'shared.weight', of which t5 keeps one copy"):
+    hf.from_hf(str(tmp_path))

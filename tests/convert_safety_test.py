@@ -234,3 +234,15 @@ def test_import_refuses_special_ids_its_tokenizer_lacks(tmp_path):
   workdirs.save_workdir(cfg, _init(cfg), str(tmp_path / "run"), tokenizer_dir=str(src))
   assert json.loads((tmp_path / "run" / "tokenizer" / "special_ids.json").read_text()) == {
       "pad": None, "bos": 1, "eos": 2}
+
+
+def test_export_refuses_a_stale_index(tmp_path):
+  """A model.safetensors.index.json left behind (its shards deleted) is refused: a new single
+  model.safetensors beside it would not be the file read back (from_hf reads an index first)."""
+  dst = tmp_path / "hf"
+  dst.mkdir()
+  (dst / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+  cfg = _ours("llama", num_layers=1)
+  with pytest.raises(FileExistsError, match=r"already holds model.safetensors.index.json; "
+                                            r"export to a new directory"):
+    hf.to_hf(cfg, _init(cfg), str(dst))

@@ -6,8 +6,10 @@ import pathlib
 import subprocess
 import sys
 
+import ml_collections
 import pytest
 
+from configs.arch import t5_small
 from transformer.analysis import model_stats
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -263,3 +265,13 @@ def test_flops_attention_term_counts_cross_attention_and_the_window():
   gpt2.window = 256
   f = model_stats.flops_per_token(gpt2, 1024, non_embedding=10, params_total=20)
   assert f["attention"] == 6 * 12 * 256 * 768 and f["dense"] == 60
+
+
+def test_an_encoder_decoders_cache_counts_its_decoder_layers():
+  """The decode cache is the decoder's: an uneven T5 (6 encoder layers, 2 decoder layers, as
+  T5 v1.0 checkpoints may have) caches 2 layers of self- and cross-attention K/V."""
+  t5 = ml_collections.ConfigDict(t5_small.get_config().model.to_dict())
+  t5.num_decoder_layers = 2  # 8 heads of 64, bfloat16
+  assert model_stats.kv_cache_bytes(t5, 10, 2, encoder_length=10) == 2 * 2 * 8 * 64 * 2 * 20
+  assert model_stats.report(t5, length=100)["kv_cache"]["bytes_per_token"] == (
+      2 * 2 * (2 * 8 * 64 * 2))

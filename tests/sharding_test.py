@@ -9,9 +9,10 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from helpers import tiny_run
 from transformer.training import sharding, loop
@@ -257,3 +258,53 @@ def test_a_zero_or_negative_mesh_entry_is_refused_before_any_batch_check(shape):
   config = tiny_run.tiny_config("unused", **{"mesh.shape": shape})
   with pytest.raises(ValueError, match=r"sizes must be positive"):
     loop.check_config(config)
+
+
+def test_kv_heads_split_over_tensor_where_it_divides_them():
+  """GQA's key/value kernels split by kv head on the tensor axis, as the query heads do."""
+  mesh = FakeMesh(2, 2, 2)
+  assert (sharding.logical_to_spec(("embed", "kv_heads", "head_dim"), (64, 4, 16), mesh)
+          == P("fsdp", "tensor", None))
+  assert (sharding.logical_to_spec(("embed", "heads", "head_dim"), (64, 4, 16), mesh)
+          == P("fsdp", "tensor", None))
+
+
+MESH_SCRIPT = """
+import jax, numpy as np
+from jax.sharding import PartitionSpec as P
+from transformer.training import sharding
+assert jax.device_count() == 8, jax.devices()
+mesh = sharding.make_mesh((2, 4, 1))
+assert dict(mesh.shape) == {"data": 2, "fsdp": 4, "tensor": 1}, dict(mesh.shape)
+assert dict(sharding.make_mesh((-1, 2, 1)).shape) == {"data": 4, "fsdp": 2, "tensor": 1}
+assert sharding.batch_sharding(mesh).spec == P(("data", "fsdp")), sharding.batch_sharding(mesh)
+x = sharding.global_batch({"inputs": np.arange(16 * 3).reshape(16, 3)}, mesh)["inputs"]
+assert {s.data.shape for s in x.addressable_shards} == {(2, 3)}
+print("ok")
+"""
+
+
+def test_make_mesh_names_its_axes_in_order_and_the_batch_splits_over_data_and_fsdp():
+  """mesh.shape (data, fsdp, tensor) in that order, and batch rows split over data x fsdp
+  (a batch split over data only would still train to the same losses, unnoticed)."""
+  env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+  env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+  proc = subprocess.run([sys.executable, "-c", MESH_SCRIPT], capture_output=True, text=True,
+                        env=env, timeout=300, cwd=os.path.dirname(HERE))
+  assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_optimizer_state_of_another_shape_is_replicated():
+  """A moment at a parameter's path and of its shape is sharded like the parameter; Adafactor's
+  factored statistics sit at the same path with another shape and are replicated (the
+  parameter's spec would not fit them)."""
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), sharding.MESH_AXES)
+  leaf = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+  params = {"dense": {"kernel": leaf(8, 4)}}
+  shardings = {"dense": {"kernel": NamedSharding(mesh, P("fsdp", "tensor"))}}
+  state = {"mu": {"dense": {"kernel": leaf(8, 4)}}, "v_row": {"dense": {"kernel": leaf(8)}},
+           "count": jax.ShapeDtypeStruct((), jnp.int32)}
+  got = sharding.like_params_shardings(state, params, shardings, mesh)
+  assert got["mu"]["dense"]["kernel"].spec == P("fsdp", "tensor")
+  assert got["v_row"]["dense"]["kernel"].spec == P()
+  assert got["count"].spec == P()

@@ -139,3 +139,21 @@ def test_int_axis_is_inclusive_and_choice_reaches_every_value():
   heads = {r["overrides"]["model.num_heads"] for r in runs}
   assert layers == {1, 2, 3} and heads == {1, 2, 4}
   assert len(runs) == 9  # every (layers, heads) pair, repeats dropped
+
+
+def test_an_extended_sweep_keeps_its_finished_runs(tmp_path):
+  """The sweep block is no setting of a run: a grid extended by a value (sweep.axes changed)
+  still takes its finished runs as its own, and the same init_from written another way is
+  the same."""
+  config = sweep.with_sweep_flag(lm.get_config("size=xs"), "opt.lr=1e-3,3e-3", trials=None)
+  planned = sweep.check_run_configs(config, sweep.expand(config))
+  run = tmp_path / "lr=0.001"
+  run.mkdir()
+  saved = {**planned["lr=0.001"], "sweep.axes": "opt.lr=1e-3"}
+  (run / "summary.json").write_text(json.dumps({"config": saved}))
+  sweep.plan(config, str(tmp_path), config_arg="configs/lm.py")
+  config.train.init_from = "runs/base"
+  planned = sweep.check_run_configs(config, sweep.expand(config))
+  saved = {**planned["lr=0.001"], "train.init_from": "runs/./base/"}
+  (run / "summary.json").write_text(json.dumps({"config": saved}))
+  sweep.plan(config, str(tmp_path), config_arg="configs/lm.py")
