@@ -1,4 +1,4 @@
-"""A stand-in for `transformer.train` in the launcher tests (tests/launch_test.py): it parses
+"""A stand-in for `transformer.train` in the launcher tests (tests/launch_runs_test.py): it parses
 the same flags, "checkpoints" to DIR/ckpt, appends each call to the sweep's calls.jsonl and
 writes a summary.json whose loss is a known function of the swept lr and width.
 
