@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import tiny_run
 from tests.helpers.damage import flip
+from transformer.data import tokenizers
 from transformer.training import init_from, metrics_file, tensorboard_events
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -399,3 +400,23 @@ def test_the_source_tokenizer_is_carried_without_replacing_the_run_s_own(tmp_pat
   note = init_from.carry_tokenizer(source, tiny_run.tiny_config(
       str(tmp_path), **{"data.tokenizer": "sentencepiece"}), str(other))
   assert "not the source's 'bytes'" in note and not other.exists()
+
+
+def test_a_sentencepiece_model_is_carried_to_the_name_this_run_looks_for(tmp_path):
+  """The model's file name hashes the data config: a fine-tune on other data (other size here)
+  finds the source's model under its own name, instead of training a new one."""
+  src = tmp_path / "src"
+  (src / "tokenizer").mkdir(parents=True)
+  theirs = tiny_run.tiny_config(str(tmp_path), **{"data.tokenizer": "sentencepiece",
+                                                  "data.size": "tiny"})
+  ours = tiny_run.tiny_config(str(tmp_path), **{"data.tokenizer": "sentencepiece",
+                                                "data.size": "small"})
+  theirs_path = tokenizers.sentencepiece_path(theirs.data, str(src / "tokenizer"))
+  with open(theirs_path, "w") as f:
+    f.write("the source's model")
+  ft = tmp_path / "ft"
+  init_from.carry_tokenizer(init_from.Source(str(src), str(src), 0, theirs), ours, str(ft))
+  ours_path = tokenizers.sentencepiece_path(ours.data, str(ft / "tokenizer"))
+  assert ours_path != theirs_path.replace(str(src), str(ft))
+  with open(ours_path) as f:
+    assert f.read() == "the source's model"
