@@ -234,3 +234,12 @@ def test_a_summary_that_is_not_an_object_is_trained_again_not_a_crash(tmp_path, 
   (tmp_path / "summary.json").write_text("[3]")
   config = tiny_run.tiny_config(data_dir)
   assert loop._finished_summary(config, str(tmp_path), config.train.steps) is None
+
+
+def test_an_empty_eval_slice_is_refused_before_training(tmp_path, data_dir):
+  """train.eval_split names a split but a slice with no records ("validation[:0]"): one line
+  before the first step, not TFDS's words at the first evaluation."""
+  config = tiny_run.tiny_config(data_dir, **{"train.eval_split": "validation[:0]"})
+  with pytest.raises(ValueError, match=r"^split 'validation\[:0\]' of dataset .* is empty: "):
+    loop.train_and_evaluate(config, str(tmp_path / "run"))
+  assert not (tmp_path / "run" / "metrics.jsonl").exists()

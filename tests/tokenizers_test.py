@@ -273,3 +273,116 @@ def test_a_prompts_answer_is_encoded_as_a_continuation(tmp_path, data_dir):
   answer = range(prompt_len, len(tokens_N) - 2)  # target j is token j + 1; EOS left out
   assert logp[0] == pytest.approx(float(sum(lp_LV[j, tokens_N[j + 1]] for j in answer)),
                                   abs=1e-4)
+
+
+def test_bytes_tokenizer_keeps_the_nul_byte():
+  """Byte 0 is token 4, the first non-special id: it round-trips and counts one byte."""
+  from transformer.data import tokenizers
+  tok = tokenizers.BytesTokenizer()
+  assert tok.encode("a\x00b") == [ord("a") + 4, 4, ord("b") + 4]
+  assert tok.decode([1, *tok.encode("a\x00b"), 2, 0]) == "a\x00b"
+  table = tok.token_bytes_2V
+  assert (table[:, :4] == 0).all() and (table[:, 4:] == 1).all()
+
+
+def test_sentencepiece_model_name_changes_with_everything_it_is_trained_on(tmp_path):
+  """The cached model's file name pins each knob that changes its training text or size, so a
+  changed config trains a new model instead of reusing a stale one; the default corpus keeps
+  its old name."""
+  from transformer.data import tokenizers
+  base = data.default_config()
+  base.update(dict(tokenizer="sentencepiece", data_dir=str(tmp_path)))
+  path = lambda **kw: tokenizers.sentencepiece_path(_with(base, **kw), "cache")
+  changes = [dict(name="kv_retrieval"), dict(size="tiny"), dict(task="sort"),
+             dict(min_length=2), dict(max_length=9), dict(num_pairs=3), dict(path="/x"),
+             dict(text_key="body"), dict(tokenizer_train_chars=5), dict(vocab_size=300),
+             dict(doc_sentences="1,1"), dict(max_doc_tokens=400)]
+  names = [path(**c) for c in changes]
+  assert len(set(names + [path()])) == len(changes) + 1
+  assert path(doc_sentences="3,7") == path()
+  # Pinned: the default corpus' model keeps the name existing runs' workdirs hold.
+  assert path() == os.path.join("cache", "sentencepiece-grammar_corpus-8000-2921720ec5.model")
+
+
+def _with(config, **overrides):
+  config = config.copy_and_resolve_references()
+  config.update(overrides)
+  return config
+
+
+def test_special_ids_file_travels_with_the_kept_copy(tmp_path, data_dir):
+  """get_tokenizer copies a special_ids.json found beside data.tokenizer_path into the run's
+  tokenizer/ folder with the tokenizer.json, so the run's copy alone has the same ids."""
+  folder = _hf_folder(data_dir, str(tmp_path / "tok"))
+  with open(os.path.join(folder, "special_ids.json"), "w") as f:
+    json.dump({"bos": 5, "mask": 6}, f)
+  config = data.default_config()
+  config.tokenizer, config.tokenizer_path = "huggingface", folder
+  kept = str(tmp_path / "run" / "tokenizer")
+  tok = data.get_tokenizer(config, kept)
+  assert (tok.bos_id, tok.eos_id, tok.mask_id) == (5, 0, 6)
+  assert sorted(os.listdir(kept)) == ["special_ids.json", "tokenizer.json"]
+  shutil.rmtree(folder)
+  config.tokenizer_path = ""  # a converted or resumed run reads only its own copy
+  again = data.get_tokenizer(config, kept)
+  assert (again.bos_id, again.eos_id, again.mask_id) == (5, 0, 6)
+
+
+def test_sentencepiece_trains_on_a_fixed_shuffled_sample(data_dir):
+  """The training sample is the train split in a fixed pseudo-random order (not its first
+  records), cut once max_chars characters are reached."""
+  from transformer.data import tokenizers
+  config = data.default_config()
+  config.size, config.data_dir = "tiny", data_dir
+  sample = list(tokenizers._training_texts(config, 3000))  # pylint: disable=protected-access
+  assert sample == list(tokenizers._training_texts(config, 3000))  # pylint: disable=protected-access
+  assert sum(map(len, sample[:-1])) < 3000 <= sum(map(len, sample))
+  exact = sum(map(len, sample[:3]))
+  assert list(tokenizers._training_texts(config, exact)) == sample[:3]  # pylint: disable=protected-access
+  stored = [r["text"] for r in sources.load(config, "train")]
+  assert sample != stored[:len(sample)] and set(sample) <= set(stored)
+
+
+def _word_level(folder, tokens, special_ids=None, byte_fallback=False):
+  """A tiny tokenizer.json built by hand: a BPE over `tokens` (plus <0xNN> byte pieces with
+  byte_fallback), no merges; `special_ids` is written beside it."""
+  import tokenizers as hf
+  vocab = {t: i for i, t in enumerate(tokens)}
+  if byte_fallback:
+    vocab |= {f"<0x{b:02X}>": len(tokens) + b for b in range(256)}
+  tok = hf.Tokenizer(hf.models.BPE(vocab, [], byte_fallback=byte_fallback))
+  tok.decoder = hf.decoders.Sequence([hf.decoders.ByteFallback(), hf.decoders.Fuse()])
+  os.makedirs(folder)
+  tok.save(os.path.join(folder, "tokenizer.json"))
+  if special_ids is not None:
+    with open(os.path.join(folder, "special_ids.json"), "w") as f:
+      json.dump(special_ids, f)
+  return folder
+
+
+def test_special_ids_edge_cases(tmp_path):
+  """Without a pad token pad is EOS; a tokenizer without an EOS is refused; the last id is in
+  range, one past it is not."""
+  tokens = ["<s>", "</s>", "a", "b"]
+  tok = external_tokenizers.HuggingFaceTokenizer(_word_level(str(tmp_path / "plain"), tokens))
+  assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.mask_id) == (0, 1, 1, None)
+  with pytest.raises(ValueError, match="has no eos token"):
+    external_tokenizers.HuggingFaceTokenizer(_word_level(str(tmp_path / "no_eos"), ["<s>", "a"]))
+  last = external_tokenizers.HuggingFaceTokenizer(
+      _word_level(str(tmp_path / "last"), tokens, {"mask": 3}))
+  assert last.mask_id == 3
+  with pytest.raises(ValueError, match=r"special ids \{'mask': 4\} are outside"):
+    external_tokenizers.HuggingFaceTokenizer(
+        _word_level(str(tmp_path / "past"), tokens, {"mask": 4}))
+
+
+def test_byte_fallback_pieces_count_one_byte_each(tmp_path):
+  """A character the vocabulary lacks is encoded as <0xNN> byte pieces (Llama-style byte
+  fallback): each adds one byte, though alone one decodes to U+FFFD (three bytes)."""
+  tok = external_tokenizers.HuggingFaceTokenizer(_word_level(
+      str(tmp_path / "fallback"), ["<s>", "</s>", "a", "b"], byte_fallback=True))
+  text = "aé€b"
+  ids = tok.encode(text)
+  assert tok.decode(ids) == text and len(ids) == 2 + 2 + 3
+  table = tok.token_bytes_2V
+  assert table[1, ids[0]] + table[0, ids[1:]].sum() == len(text.encode())

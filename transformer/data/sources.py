@@ -125,9 +125,11 @@ def _catalog_builder(data_config, directory):
 
 def _check_nonempty(source, name, split):
   # An empty split would make iterators hang. Built-in builders never write one (TFDS refuses
-  # to; text_folder splits a small folder by text); a catalog dataset's split may be empty.
+  # to; text_folder splits a small folder by text); a catalog dataset's split or a slice of
+  # any split may be empty.
   if len(source) == 0:
-    raise ValueError(f"split {split!r} of dataset {name!r} is empty")
+    raise ValueError(f"split {split!r} of dataset {name!r} is empty: give a split or slice "
+                     f"that holds records")
 
 
 def _decode(record, text_key):
@@ -141,11 +143,17 @@ def _decode(record, text_key):
 def load(data_config, split: str) -> grain.MapDataset:
   """Records of `split` as dicts with str values for `fields(data_config)`."""
   directory = data_dir(data_config)
-  if data_config.name in builders.BUILDERS:
-    source, text_key = _builtin(data_config, split, directory), "text"
-  else:
-    source = _catalog_builder(data_config, directory).as_data_source(split=split)
-    text_key = data_config.text_key
+  try:
+    if data_config.name in builders.BUILDERS:
+      source, text_key = _builtin(data_config, split, directory), "text"
+    else:
+      source = _catalog_builder(data_config, directory).as_data_source(split=split)
+      text_key = data_config.text_key
+  except ValueError as e:
+    # TFDS's words for a slice with no records ("validation[:0]", a % of a small split).
+    if "Paths sequence can not be of 0 length" not in str(e):
+      raise
+    source = ()
   _check_nonempty(source, data_config.name, split)
   return grain.MapDataset.source(record_reader.RangeReadSource(source)).map(functools.partial(_decode, text_key=text_key))
 

@@ -269,6 +269,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, lock) -
   train_batches = ShardedBatches(config, tokenizer, split=config.train.train_split,
                                  objective=config.objective.name, seed=config.train.seed,
                                  num_shards=config.train.data_shards)
+  # An empty eval slice fails here, not at the first evaluation after a stretch of training.
+  data.load(config.data, config.train.eval_split)
   built = build(config, mesh)
   state = _restore_or_init(built, manager, latest, saved_config, train_batches, config,
                            workdir, source, mesh)
