@@ -170,18 +170,21 @@ def test_child_env_and_cpu_groups():
   assert local.child_env([0, 1], 1, base={}) == {}  # one run at a time: untouched
 
 
-def test_local_cli_dry_run_any_config(tmp_path):
-  pytest.importorskip("configs.lm")
-  workdir = str(tmp_path / "sweep")
+def _dry_run(tmp_path, *flags):
+  """The transformer.train commands `launch.local --dry_run` prints."""
   proc = subprocess.run(
-      [sys.executable, "-m", "launch.local", "--config=configs/lm.py:size=xs",
-       f"--workdir={workdir}", "--sweep=opt.lr=1e-3,3e-3", "--dry_run",
-       "--config.train.steps=7"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+      [sys.executable, "-m", "launch.local", f"--workdir={tmp_path / 'sweep'}", "--dry_run",
+       *flags], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  commands = [line for line in proc.stdout.splitlines() if "transformer.train" in line]
+  return [line for line in proc.stdout.splitlines() if "transformer.train" in line]
+
+
+def test_local_cli_dry_run_any_config(tmp_path):
+  commands = _dry_run(tmp_path, "--config=configs/lm.py:size=xs", "--sweep=opt.lr=1e-3,3e-3",
+                      "--config.train.steps=7")
   assert len(commands) == 2 and all("--config.train.steps=7" in c for c in commands)
   assert "--config.opt.lr=0.003" in commands[1]
-  assert not os.path.exists(workdir)  # nothing ran, nothing written
+  assert not (tmp_path / "sweep").exists()  # nothing ran, nothing written
   proc = subprocess.run(
       [sys.executable, "-m", "launch.local", "--config=configs/lm.py:size=xs",
        f"--workdir={workdir}", "--sweep=opt.lr=1e-3", "--parallel=0"],
@@ -347,12 +350,8 @@ def test_a_scaling_sweep_takes_a_launcher_flag_for_the_keys_it_caps(tmp_path):
 
 def test_the_launchers_sweep_flags_are_not_passed_to_the_runs(tmp_path):
   """--config.sweep.* flags shape the plan; the runs (transformer.train) never see them."""
-  proc = subprocess.run(
-      [sys.executable, "-m", "launch.local", "--config=configs/scaling.py:tiny=true",
-       f"--workdir={tmp_path / 'sweep'}", "--dry_run", "--config.sweep.min_steps=1",
-       "--config.train.seed=3"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  commands = [line for line in proc.stdout.splitlines() if "transformer.train" in line]
+  commands = _dry_run(tmp_path, "--config=configs/scaling.py:tiny=true",
+                      "--config.sweep.min_steps=1", "--config.train.seed=3")
   assert commands and all("--config.train.seed=3" in c and "--config.sweep." not in c
                           for c in commands)
 
