@@ -187,7 +187,7 @@ def test_local_cli_dry_run_any_config(tmp_path):
   assert not (tmp_path / "sweep").exists()  # nothing ran, nothing written
   proc = subprocess.run(
       [sys.executable, "-m", "launch.local", "--config=configs/lm.py:size=xs",
-       f"--workdir={workdir}", "--sweep=opt.lr=1e-3", "--parallel=0"],
+       f"--workdir={tmp_path / 'sweep'}", "--sweep=opt.lr=1e-3", "--parallel=0"],
       cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0 and "error: --parallel must be at least 1" in proc.stderr
 
