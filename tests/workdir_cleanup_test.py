@@ -147,3 +147,15 @@ def test_a_lock_not_yet_recorded_says_so_and_a_process_without_it_writes_nothing
   except ValueError as e:
     assert "in use by another trainer (not recorded yet)" in str(e)
   lock.release()
+
+
+def test_a_lock_that_cannot_flock_closes_its_descriptor(tmp_path, monkeypatch):
+  """A file system without flock raises OSError: it reaches the caller, and the lock file's
+  descriptor is closed, not leaked."""
+  def no_flock(fd, flags):
+    raise OSError(38, "Function not implemented")
+  monkeypatch.setattr(workdir_lock.fcntl, "flock", no_flock)
+  before = len(os.listdir("/proc/self/fd"))
+  with pytest.raises(OSError, match="Function not implemented"):
+    workdir_lock.WorkdirLock(str(tmp_path)).acquire()
+  assert len(os.listdir("/proc/self/fd")) == before

@@ -216,7 +216,8 @@ def restore_params(source: Source, config, built, mesh):
                      f"this model ({first})") from None
   finally:
     manager.close()
-  # Orbax restores the saved dtype; this run's param_dtype (and layout) is one jit away.
+  # Orbax restores into the abstract target's dtype; a layout change (scan_layers) is one jit
+  # away, whose astype also covers an orbax that would return the saved dtype.
   if same_layout and all(p.dtype == t.dtype for p, t in zip(jax.tree.leaves(params),
                                                             jax.tree.leaves(target))):
     return params

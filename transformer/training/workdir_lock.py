@@ -35,6 +35,9 @@ class WorkdirLock:
       holder = f"last recorded: {holder}" if holder else "not recorded yet"
       raise ValueError(f"{os.path.dirname(self.path)} is in use by another trainer ({holder}); "
                        f"wait for it to finish or use another --workdir") from None
+    except OSError:  # e.g. a file system without flock: the descriptor is ours to close
+      os.close(fd)
+      raise
     self._fd = fd
 
   @property
