@@ -10,10 +10,6 @@ from transformer import data
 from transformer.data import algorithmic, builders, sources
 
 
-def _records_of(config, split):
-  return list(sources.load(config, split))
-
-
 def test_algorithmic_examples_are_right_and_span_their_lengths():
   """Each task's targets follow from its inputs; lengths are drawn from all of [min, max];
   addition's operands have exactly `length` digits (no leading zero) and its sum is right;
@@ -44,7 +40,7 @@ def test_algorithmic_train_inputs_are_the_train_splits_inputs(data_dir):
   config = tiny_data(data_dir, name="algorithmic", task="copy", max_length=5)
   builder = builders.Algorithmic(data_dir=data_dir,
                                  config=builders.Algorithmic.config_from(config))
-  assert builder._train_inputs == {r["inputs"] for r in _records_of(config, "train")}  # pylint: disable=protected-access
+  assert builder._train_inputs == {r["inputs"] for r in sources.load(config, "train")}  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("task,max_length,longest", [("copy", 8, 8), ("addition", 3, 7)])

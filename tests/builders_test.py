@@ -8,16 +8,12 @@ from transformer import data
 from transformer.data import builders, sources
 
 
-def _records_of(config, split):
-  return list(sources.load(config, split))
-
-
 @pytest.mark.parametrize("name", ["grammar_corpus", "kv_retrieval"])
 def test_held_out_splits_are_not_copies_of_train(data_dir, name):
   """Each split is drawn from its own seeds: validation and test share no record with train
   or with each other."""
   config = tiny_data(data_dir, name=name, num_pairs=3)
-  texts = {s: {tuple(sources.record_texts(r)) for r in _records_of(config, s)}
+  texts = {s: {tuple(sources.record_texts(r)) for r in sources.load(config, s)}
            for s in ("train", "validation", "test")}
   assert len(texts["validation"]) == len(texts["test"]) == builders.SIZES["tiny"][1]
   assert not texts["validation"] & texts["train"] and not texts["test"] & texts["train"]

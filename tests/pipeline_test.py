@@ -202,7 +202,7 @@ def test_unigram_entropy_counts_only_the_weighted_targets(data_dir):
   config = tiny_data(data_dir, name="kv_retrieval", num_pairs=2, seq_len=64)
   tokenizer = data.get_tokenizer(config)
   counts = {}
-  for record in _records_of(config, "validation"):
+  for record in sources.load(config, "validation"):
     for t in tokenizer.encode(record["targets"]) + [tokenizer.eos_id]:
       counts[t] = counts.get(t, 0) + 1
   p = np.array(list(counts.values())) / sum(counts.values())
@@ -220,7 +220,3 @@ def test_validate_sizes_kv_retrieval_rows_by_their_longest_item(tmp_path):
   config.seq_len = longest + 1
   data.validate(config, "seq2seq", splits=("validation",))
   assert list(tmp_path.iterdir()) == []
-
-
-def _records_of(config, split):
-  return list(sources.load(config, split))
